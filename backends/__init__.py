@@ -1,0 +1,4 @@
+"""torch.compile backends shipped with dynstep (installed as `dynstep.backends`).
+
+    torch.compile(model, backend="superstep", options={"probe": ["module:blocks.*"]})
+"""

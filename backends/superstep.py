@@ -1,0 +1,63 @@
+"""The `superstep` torch.compile backend: probes, pauses and diffs inside compiled graphs.
+
+    torch.compile(model, backend="superstep")                      # transparent: plain Inductor
+    torch.compile(model, backend="superstep",
+                  options={"inner": "inductor", "probe": ["module:blocks.*.mlp", "op:layer_norm"],
+                           "actions": ["summary", "record"], "record": 16, "grads": True})
+    dynstep.superstep(probe=["line:model.py:57"], inner="aot_eager")   # the same, as a callable
+
+The name `superstep` is registered through the `torch_dynamo_backends` entry point, so no import
+is needed. With no options the graph goes to the inner compiler untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch.fx
+
+from dynstep import _compat
+from dynstep.options import Options
+
+from . import inner as inner_mod
+
+
+def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+                      options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable[..., Any]:
+    """The function torch.compile calls (``backend="superstep"``)."""
+    opts = Options.from_mapping(options, mode=mode)
+    return compile_graph(gm, example_inputs, opts)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
+    if opts.transparent:
+        return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
+    from dynstep import passes
+
+    graph_id = passes.graph_id_for(gm, _compat.current_compile_id())
+    hooked = inner_mod.has_aot_hooks(opts.inner)
+    plan = passes.ProbePlan.build(opts, graph_id, inner_has_aot=hooked)
+    if not hooked:
+        passes.warn_aten_without_aot(plan, opts.inner_name)
+    passes.insert_probes(gm, plan, aten_level=False)
+    _compat.trace_artifact("dynstep_probed_graph", lambda: gm.print_readable(print_output=False))
+    if not hooked:
+        return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
+    rewrite = functools.partial(passes.rewrite_partitioned, plan=plan)
+    return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
+                                    rewrite=lambda g, is_backward: rewrite(g, is_backward=is_backward))
+
+
+def superstep(**options: Any) -> Callable[..., Any]:
+    """``dynstep.superstep(**options)``: the same backend as a callable, options bound."""
+    opts = Options.from_mapping(options)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
+        if kwargs.get("mode") and not opts.mode:
+            return compile_graph(gm, example_inputs, Options.from_mapping({**options, "mode": kwargs["mode"]}))
+        return compile_graph(gm, example_inputs, opts)
+
+    backend.__name__ = "superstep"
+    return backend

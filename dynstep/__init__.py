@@ -1,0 +1,54 @@
+"""dynstep: a step debugger for torch.compile.
+
+    import torch, dynstep
+    cm = torch.compile(model, backend="superstep", options={"probe": ["module:blocks.*.mlp"]})
+    with dynstep.session() as s:
+        cm(x)
+    s.records("module:blocks.0.mlp")[0].stats["absmax"]
+
+Importing dynstep is cheap: it imports neither Inductor nor rich; heavy modules load on use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "StorageError",
+    "Options", "Recording", "Session", "Snapshot", "Stats",
+    "default_session", "load", "session", "superstep",
+]
+
+_LAZY = {
+    "Abort": "dynstep.errors", "DynstepError": "dynstep.errors", "NonFiniteError": "dynstep.errors",
+    "OptionsError": "dynstep.errors", "SelectorError": "dynstep.errors", "StorageError": "dynstep.errors",
+    "Options": "dynstep.options",
+    "Session": "dynstep.session", "session": "dynstep.session", "default_session": "dynstep.session",
+    "Snapshot": "dynstep.records", "Stats": "dynstep.records",
+    "Recording": "dynstep.storage", "load": "dynstep.storage",
+    "superstep": "dynstep.backends.superstep",
+}
+
+if TYPE_CHECKING:
+    from .backends.superstep import superstep
+    from .errors import Abort, DynstepError, NonFiniteError, OptionsError, SelectorError, StorageError
+    from .options import Options
+    from .records import Snapshot, Stats
+    from .session import Session, default_session, session
+    from .storage import Recording, load
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dynstep' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

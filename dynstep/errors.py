@@ -1,0 +1,47 @@
+"""Exceptions dynstep raises into user code.
+
+Every error says what was wrong, what was expected, and where (the user's source line when
+there is one)::
+
+    try:
+        loss = cm(x)
+    except dynstep.NonFiniteError as e:
+        print(e.node, e.source, e.module)
+"""
+
+from __future__ import annotations
+
+
+class DynstepError(Exception):
+    """Base class for every error dynstep raises on purpose."""
+
+
+class SelectorError(DynstepError, ValueError):
+    """A selector string does not follow the grammar."""
+
+
+class OptionsError(DynstepError, ValueError):
+    """A superstep option has the wrong name, type or value."""
+
+
+class StorageError(DynstepError, OSError):
+    """A recording file could not be written or read."""
+
+
+class NonFiniteError(DynstepError, FloatingPointError):
+    """A probed value contained NaN or Inf and the `nan` action was asked to raise."""
+
+    def __init__(self, message: str, *, node: str, target: str, source: str, module: str,
+                 graph: str, nan: int, inf: int) -> None:
+        super().__init__(message)
+        self.node = node
+        self.target = target
+        self.source = source
+        self.module = module
+        self.graph = graph
+        self.nan = nan
+        self.inf = inf
+
+
+class Abort(DynstepError):
+    """The user asked the debugger to stop the program (`quit` at a pause)."""

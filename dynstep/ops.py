@@ -1,0 +1,85 @@
+"""The dynstep operators, defined once, with their fake kernels and Python kernels.
+
+    dynstep::probe(Tensor x, int site) -> ()          ORDERED effect: never removed or reordered
+    dynstep::grad_tap(Tensor x, int site) -> Tensor   identity whose backward is grad_tap_bw
+    dynstep::grad_tap_bw(Tensor g, int site) -> Tensor identity that probes the gradient
+
+The Python kernels are registered for CompositeExplicitAutograd, so a native kernel registered
+for CPU or CUDA (csrc/) takes precedence without changing any caller. The probe op carries no
+`cudagraph_unsafe` tag: probes stay inside captured CUDA graphs.
+
+    torch.ops.dynstep.probe(x, site_id)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx.node
+
+from . import _compat
+
+LIB = torch.library.Library("dynstep", "DEF")
+LIB.define("probe(Tensor x, int site) -> ()")
+LIB.define("grad_tap(Tensor x, int site) -> Tensor")
+LIB.define("grad_tap_bw(Tensor g, int site) -> Tensor")
+
+
+def _probe_kernel(x: torch.Tensor, site: int) -> None:
+    from .runtime import on_probe
+
+    on_probe(x, site)
+
+
+def _probe_fake(x: torch.Tensor, site: int) -> None:
+    return None
+
+
+def _grad_tap_kernel(x: torch.Tensor, site: int) -> torch.Tensor:
+    return x.clone()
+
+
+def _grad_tap_bw_kernel(g: torch.Tensor, site: int) -> torch.Tensor:
+    from .runtime import on_probe
+
+    on_probe(g, site)
+    return g.clone()
+
+
+def _like(x: torch.Tensor, site: int) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _grad_tap_setup(ctx, inputs, output) -> None:
+    ctx.site = inputs[1]
+
+
+def _grad_tap_backward(ctx, grad: torch.Tensor):
+    return torch.ops.dynstep.grad_tap_bw(grad, ctx.site), None
+
+
+LIB.impl("probe", _probe_kernel, "CompositeExplicitAutograd")
+LIB.impl("grad_tap", _grad_tap_kernel, "CompositeExplicitAutograd")
+LIB.impl("grad_tap_bw", _grad_tap_bw_kernel, "CompositeExplicitAutograd")
+torch.library.register_fake("dynstep::probe", _probe_fake, lib=LIB)
+torch.library.register_fake("dynstep::grad_tap", _like, lib=LIB)
+torch.library.register_fake("dynstep::grad_tap_bw", _like, lib=LIB)
+torch.library.register_autograd("dynstep::grad_tap", _grad_tap_backward, setup_context=_grad_tap_setup,
+                                lib=LIB)
+_compat.register_ordered_effect("dynstep::probe")
+# A probe inserted after partitioning has no effect token; this keeps FX dead-code elimination
+# from dropping it (torch/fx/node.py: has_side_effect).
+torch.fx.node.has_side_effect(torch.ops.dynstep.probe.default)
+
+probe = torch.ops.dynstep.probe.default
+grad_tap = torch.ops.dynstep.grad_tap.default
+grad_tap_bw = torch.ops.dynstep.grad_tap_bw.default
+
+
+def registered_kernels() -> dict[str, list[str]]:
+    """Which dispatch keys have a kernel for each dynstep op (for `dynstep doctor`)."""
+    keys = ["CPU", "CUDA", "CompositeExplicitAutograd", "Meta"]
+    out = {}
+    for name in ("probe", "grad_tap", "grad_tap_bw"):
+        qual = f"dynstep::{name}"
+        out[name] = [k for k in keys if torch._C._dispatch_has_kernel_for_dispatch_key(qual, k)]
+    return out

@@ -1,0 +1,181 @@
+"""Sessions collect what probes produce.
+
+    with dynstep.session() as s:
+        cm(x)
+    s.records("module:blocks.0.mlp")      # [Snapshot, ...] in hit order
+    s.save("run.dynstep")
+
+Scoping, defined and tested:
+- A session receives the hits of code that runs in its context (a `contextvars` scope: the
+  thread that opened it and tasks/threads that copy its context).
+- Nested sessions both receive a hit while the inner one is open.
+- Concurrent sessions in different threads each receive only their own thread's hits.
+- A hit in a thread with no session in its context (autograd's device threads, workers) goes to
+  every open session created with ``all_threads=True``; if there is none, to the most recently
+  opened session that is still open; if no session is open, to the process default session
+  (`dynstep.default_session()`), so nothing a probe recorded is lost.
+- Each probe keeps a ring per session: ``record`` entries for probes with the record action
+  (tensor copies), ``summaries`` entries for stats-only hits. What a ring drops is counted in
+  `s.dropped`.
+- ``session(path=...)`` also streams every hit to a recording directory as it happens, so a run
+  that crashes still leaves a loadable file.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from . import selectors as sel
+from .records import Snapshot
+from .sites import SITES
+
+_active: contextvars.ContextVar[tuple["Session", ...]] = contextvars.ContextVar("dynstep_sessions",
+                                                                                 default=())
+_open_lock = threading.Lock()
+_open: list["Session"] = []
+
+
+class Session:
+    def __init__(self, *, summaries: int = 1024, all_threads: bool = False, path: str | Path | None = None,
+                 name: str = "session") -> None:
+        self.name = name
+        self.summaries = summaries
+        self.all_threads = all_threads
+        self._lock = threading.Lock()
+        self._rings: dict[int, collections.deque[Snapshot]] = {}
+        self.dropped: collections.Counter[str] = collections.Counter()
+        self._writer = None
+        if path is not None:
+            from .storage import Writer
+
+            self._writer = Writer(Path(path))
+        self._token: contextvars.Token | None = None
+
+    # -- collecting -------------------------------------------------------------------------
+    def add(self, snap: Snapshot) -> None:
+        capacity = self._capacity(snap)
+        with self._lock:
+            ring = self._rings.get(snap.site)
+            if ring is None:
+                ring = self._rings[snap.site] = collections.deque(maxlen=capacity)
+            if len(ring) == ring.maxlen:
+                self.dropped[snap.probe] += 1
+            ring.append(snap)
+        if self._writer is not None:
+            self._writer.append(snap)
+
+    def _capacity(self, snap: Snapshot) -> int:
+        if snap.tensor is not None:
+            try:
+                return SITES.get(snap.site).capacity
+            except KeyError:
+                return self.summaries
+        return self.summaries
+
+    def extend(self, snaps: Iterable[Snapshot]) -> None:
+        for s in snaps:
+            self.add(s)
+
+    # -- reading ----------------------------------------------------------------------------
+    def all(self) -> list[Snapshot]:
+        with self._lock:
+            snaps = [s for ring in self._rings.values() for s in ring]
+        return sorted(snaps, key=lambda s: s.seq)
+
+    def records(self, selector: str | None = None, *, kind: str | None = None) -> list[Snapshot]:
+        """Snapshots in hit order, filtered with the selector grammar (None: all)."""
+        return filter_records(self.all(), selector, kind)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(r) for r in self._rings.values())
+
+    def save(self, path: str | Path) -> Path:
+        from .storage import save
+
+        return save(self.all(), Path(path))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rings.clear()
+            self.dropped.clear()
+
+    # -- scope ------------------------------------------------------------------------------
+    def __enter__(self) -> "Session":
+        self._token = _active.set(_active.get() + (self,))
+        with _open_lock:
+            _open.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._token is not None:
+            _active.reset(self._token)
+            self._token = None
+        with _open_lock:
+            if self in _open:
+                _open.remove(self)
+        if self._writer is not None:
+            self._writer.close()
+
+
+def filter_records(snaps: list[Snapshot], selector: str | None, kind: str | None) -> list[Snapshot]:
+    if kind is not None:
+        snaps = [s for s in snaps if s.kind == kind]
+    if selector is None:
+        return list(snaps)
+    parsed = sel.parse(selector)
+    return [s for s in snaps if snapshot_matches(s, parsed)]
+
+
+def snapshot_matches(snap: Snapshot, selector: sel.Selector) -> bool:
+    """Does a recorded snapshot belong to what `selector` names (used by `records(selector)`)?"""
+    if selector.kind == "*":
+        return True
+    if snap.probe == selector.text:
+        return True
+    if selector.kind == "op":
+        return sel.op_matches(snap.target, selector.pattern)
+    if selector.kind == "node":
+        import fnmatch
+
+        return fnmatch.fnmatchcase(snap.node, selector.pattern)
+    if selector.kind == "module":
+        return bool(sel.module_glob_regex(selector.pattern).match(snap.module)) and \
+            snap.probe.startswith("module:")
+    if selector.kind == "in":
+        rx = sel.module_glob_regex(selector.pattern)
+        parts = snap.module.split(".")
+        return any(rx.match(".".join(parts[:i])) for i in range(1, len(parts) + 1))
+    if selector.kind == "line":
+        file, _, line = snap.source.rpartition(":")
+        return line == str(selector.line) and (file == selector.pattern or
+                                               selector.pattern.endswith("/" + file) or
+                                               file.endswith(selector.pattern.rsplit("/", 1)[-1]))
+    return False
+
+
+_default = Session(name="default")
+
+
+def default_session() -> Session:
+    """Where hits go when no session is open (bounded rings, like any session)."""
+    return _default
+
+
+def deliver(snap: Snapshot) -> None:
+    targets = _active.get()
+    if not targets:
+        with _open_lock:
+            wide = [s for s in _open if s.all_threads]
+            targets = tuple(wide) if wide else ((_open[-1],) if _open else (_default,))
+    for s in targets:
+        s.add(snap)
+
+
+def session(**kwargs) -> Session:
+    """Open a session: ``with dynstep.session() as s: ...`` (see the module docstring)."""
+    return Session(**kwargs)

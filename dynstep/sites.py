@@ -1,0 +1,56 @@
+"""Probe sites: what each `dynstep::probe(x, site)` call in a compiled graph stands for.
+
+The op carries only an int; the registry maps it to a frozen `Site` with the node, op, module,
+source line, graph and actions. Sites live for the process (graphs may be replayed at any time).
+
+    site = SITES.add(kind="value", probe="module:blocks.*", node="add_3", ...)
+    SITES.get(site.id)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    id: int
+    kind: str                   # "value" or "grad"
+    probe: str                  # selector text that placed it
+    node: str
+    target: str
+    module: str
+    source: str                 # "file:line"
+    source_text: str
+    graph: str
+    actions: tuple[str, ...]
+    capacity: int               # ring capacity for `record`
+    nan_mode: str | None = None  # "raise" | "stop" | "warn" when the nan action is on
+
+
+class SiteRegistry:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sites: dict[int, Site] = {}
+        self._ids = itertools.count(1)
+
+    def add(self, **fields) -> Site:
+        with self._lock:
+            site = Site(id=next(self._ids), **fields)
+            self._sites[site.id] = site
+        return site
+
+    def get(self, site_id: int) -> Site:
+        try:
+            return self._sites[site_id]
+        except KeyError:
+            raise KeyError(f"dynstep probe site {site_id} is not registered in this process; "
+                           "was the graph compiled in another process?") from None
+
+    def all(self) -> list[Site]:
+        return list(self._sites.values())
+
+
+SITES = SiteRegistry()
