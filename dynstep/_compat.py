@@ -101,3 +101,8 @@ def is_fake(t: Any) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return isinstance(t, FakeTensor)
+
+
+def has_kernel(qualname: str, dispatch_key: str) -> bool:
+    # torch/_C (c10 dispatcher): _dispatch_has_kernel_for_dispatch_key
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(qualname, dispatch_key))

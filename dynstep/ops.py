@@ -81,5 +81,5 @@ def registered_kernels() -> dict[str, list[str]]:
     out = {}
     for name in ("probe", "grad_tap", "grad_tap_bw"):
         qual = f"dynstep::{name}"
-        out[name] = [k for k in keys if torch._C._dispatch_has_kernel_for_dispatch_key(qual, k)]
+        out[name] = [k for k in keys if _compat.has_kernel(qual, k)]
     return out
