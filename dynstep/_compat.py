@@ -106,3 +106,17 @@ def is_fake(t: Any) -> bool:
 def has_kernel(qualname: str, dispatch_key: str) -> bool:
     # torch/_C (c10 dispatcher): _dispatch_has_kernel_for_dispatch_key
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(qualname, dispatch_key))
+
+
+def effect_of(op: Any) -> Any:
+    # torch/_higher_order_ops/effects.py: _get_effect (None when the op is not effectful)
+    from torch._higher_order_ops.effects import _get_effect
+
+    return _get_effect(op)
+
+
+def run_and_get_code(fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
+    # torch/_inductor/utils.py: run_and_get_code captures Inductor's generated source
+    from torch._inductor.utils import run_and_get_code as _run
+
+    return _run(fn, *args)

@@ -1,0 +1,61 @@
+"""Shared test setup: one Inductor cache for the whole run, a fresh Dynamo per test, small models."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "dynstep-inductor-cache"))
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+for key in [k for k in os.environ if k.startswith("DYNSTEP_")]:
+    del os.environ[key]
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int = 8, hidden: int = 16, out: int = 4) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, out)
+
+    def forward(self, x):
+        h = self.act(self.fc1(x))
+        return self.fc2(h)
+
+
+@pytest.fixture
+def mlp():
+    torch.manual_seed(0)
+    return MLP(), torch.randn(4, 8)
+
+
+@pytest.fixture
+def gpt():
+    from dynstep.demo.model import make
+
+    return make(seed=0, layers=2)
+
+
+def module_outputs_eager(model: nn.Module, x, names):
+    """What forward hooks see on the given modules in an eager run: {name: [tensor per call]}."""
+    seen: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    handles = [dict(model.named_modules())[n].register_forward_hook(
+        lambda mod, inp, out, n=n: seen[n].append(out.detach().clone())) for n in names]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
