@@ -26,7 +26,7 @@ _LAZY = {
     "Abort": "dynstep.errors", "DynstepError": "dynstep.errors", "NonFiniteError": "dynstep.errors",
     "OptionsError": "dynstep.errors", "SelectorError": "dynstep.errors", "StorageError": "dynstep.errors",
     "Options": "dynstep.options",
-    "Session": "dynstep.session", "session": "dynstep.session", "default_session": "dynstep.session",
+    "Session": "dynstep.sessions", "session": "dynstep.sessions", "default_session": "dynstep.sessions",
     "Snapshot": "dynstep.records", "Stats": "dynstep.records",
     "Recording": "dynstep.storage", "load": "dynstep.storage",
     "superstep": "dynstep.backends.superstep",
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .errors import Abort, DynstepError, NonFiniteError, OptionsError, SelectorError, StorageError
     from .options import Options
     from .records import Snapshot, Stats
-    from .session import Session, default_session, session
+    from .sessions import Session, default_session, session
     from .storage import Recording, load
 
 

@@ -62,7 +62,7 @@ def _run_actions(x: torch.Tensor, site: Site, call: int) -> None:
                     device=str(x.device), stats=stats, tensor=tensor, site=site.id, seq=next(_seq),
                     source_text=site.source_text)
     if "summary" in acts or "record" in acts:
-        from .session import deliver
+        from .sessions import deliver
 
         deliver(snap)
     if "print" in acts:

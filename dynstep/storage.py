@@ -129,7 +129,7 @@ class Recording:
         return list(self._snaps)
 
     def records(self, selector: str | None = None, *, kind: str | None = None) -> list[Snapshot]:
-        from .session import filter_records
+        from .sessions import filter_records
 
         return filter_records(self._snaps, selector, kind)
 

@@ -191,3 +191,12 @@ def test_import_dynstep_does_not_import_inductor_or_rich():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_public_names_survive_submodule_imports():
+    import importlib
+
+    for mod in ("dynstep.sessions", "dynstep.storage", "dynstep.records", "dynstep.errors", "dynstep.options"):
+        importlib.import_module(mod)
+    assert callable(dynstep.session) and callable(dynstep.load) and callable(dynstep.superstep)
+    assert isinstance(dynstep.session(), dynstep.Session)
