@@ -106,3 +106,10 @@ def is_fake(t: Any) -> bool:
 def has_kernel(qualname: str, dispatch_key: str) -> bool:
     # torch/_C (c10 dispatcher): _dispatch_has_kernel_for_dispatch_key
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(qualname, dispatch_key))
+
+
+def inductor_cache_dir() -> str:
+    # torch/_inductor/runtime/cache_dir_utils.py: cache_dir() (TORCHINDUCTOR_CACHE_DIR or the default)
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()
