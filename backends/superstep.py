@@ -39,6 +39,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     from dynstep import pause as pause_mod
 
     graph_id = passes.graph_id_for(gm, _compat.current_compile_id())
+    if pause_mod.wants_pauses(opts) or opts.nan == "stop":
+        pause_mod.configure_stepper(opts)
     if pause_mod.wants_pauses(opts):
         # before the probes: a probe on the same node then sees the value as computed
         pause_mod.insert_pauses(gm, pause_mod.PausePlan.build(opts, graph_id))

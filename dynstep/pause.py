@@ -97,6 +97,7 @@ def insert_pauses(gm: torch.fx.GraphModule, plan: PausePlan) -> list[Site]:
                       stacklevel=2)
     chosen = [s for s in plan.selectors if not s.aten_level]
     matches = sel.select(graph, chosen, aten_level=False)
+    _warn_unmatched(graph, chosen, matches, plan.graph_id)
     if not matches and not plan.step:
         return []
     selected: dict[torch.fx.Node, str] = {}
@@ -120,10 +121,23 @@ def insert_pauses(gm: torch.fx.GraphModule, plan: PausePlan) -> list[Site]:
     GRAPHS.put(GraphEntry(plan.graph_id, _rows(values, rows), graph))
     graph.lint()
     gm.recompile()
+    return sites
+
+
+def configure_stepper(opts: Options) -> None:
+    """Tell the stepper who answers stops (pauses, steps, nan="stop") for graphs compiled with opts."""
     from .stepper import STEPPER
 
-    STEPPER.configure(frontend=plan.frontend, commands=plan.commands, step=plan.step)
-    return sites
+    STEPPER.configure(frontend=opts.frontend, commands=opts.commands, step=opts.step)
+
+
+def _warn_unmatched(graph: torch.fx.Graph, chosen: list, matches: list, graph_id: str) -> None:
+    hit = {m.selector.text for m in matches}
+    for s in chosen:
+        if s.text not in hit:
+            near = ", ".join(sel.candidates(graph, s)) or "nothing"
+            warnings.warn(f"dynstep: pause selector {s.text!r} matched nothing in graph {graph_id} (no stop points "
+                          f"there); closest candidates: {near}", UserWarning, stacklevel=3)
 
 
 def _tensor_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
