@@ -41,9 +41,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     graph_id = passes.graph_id_for(gm, _compat.current_compile_id())
     if pause_mod.wants_pauses(opts) or opts.nan == "stop":
         pause_mod.configure_stepper(opts)
+    paused = False
     if pause_mod.wants_pauses(opts):
         # before the probes: a probe on the same node then sees the value as computed
-        pause_mod.insert_pauses(gm, pause_mod.PausePlan.build(opts, graph_id))
+        paused = bool(pause_mod.insert_pauses(gm, pause_mod.PausePlan.build(opts, graph_id)))
+        if not paused and not (opts.probe or opts.diff or opts.nan):
+            # no stop point matched here: this graph is compiled exactly as without superstep
+            return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
     hooked = inner_mod.has_aot_hooks(opts.inner)
     plan = passes.ProbePlan.build(opts, graph_id, inner_has_aot=hooked)
     if not hooked:

@@ -37,13 +37,10 @@ class PausePlan:
     selectors: tuple[sel.Selector, ...]
     graph_id: str
     step: bool
-    frontend: str | None
-    commands: str | None
 
     @classmethod
     def build(cls, opts: Options, graph_id: str) -> "PausePlan":
-        return cls(selectors=tuple(sel.parse_all(opts.pause)), graph_id=graph_id, step=opts.step,
-                   frontend=opts.frontend, commands=opts.commands)
+        return cls(selectors=tuple(sel.parse_all(opts.pause)), graph_id=graph_id, step=opts.step)
 
 
 @dataclasses.dataclass(frozen=True)
