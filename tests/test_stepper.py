@@ -216,3 +216,28 @@ def test_nan_stop_pauses_at_the_first_nonfinite_value(events):
     assert stop.reason == "nan" and stop.site.target.endswith("log") and not stop.writable
     assert "NaN" in stop.note
     assert any(isinstance(e, CommandFailed) and "read-only" in e.message for e in events)
+
+
+def test_pause_in_a_training_forward(events):
+    model, idx = make(layers=1)
+    cm = torch.compile(model, backend=dynstep.superstep(inner="aot_eager", pause=[ATTN], commands="set value = value * 0; c"))
+    out = cm(idx)
+    out.sum().backward()
+    grad = model.head.weight.grad.clone()
+    model.zero_grad()
+    handle = model.blocks[0].attn.register_forward_hook(lambda m, i, o: o * 0)
+    expected = model(idx)
+    expected.sum().backward()
+    handle.remove()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, model.head.weight.grad)
+
+
+def test_commands_and_pause_from_the_environment(events, monkeypatch):
+    monkeypatch.setenv("DYNSTEP_PAUSE", "op:layer_norm")
+    monkeypatch.setenv("DYNSTEP_COMMANDS", "p value.shape; c")
+    _, idx, cm = compiled("eager")
+    with torch.no_grad():
+        cm(idx)
+    assert [s.site.node for s in stops(events)][:1] == ["layer_norm"]
+    assert any(isinstance(e, Evaluated) and e.text == "torch.Size([2, 16, 32])" for e in events)
