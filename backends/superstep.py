@@ -1,6 +1,7 @@
 """The `superstep` torch.compile backend: probes, pauses and diffs inside compiled graphs.
 
     torch.compile(model, backend="superstep")                      # transparent: plain Inductor
+    torch.compile(model, backend="superstep", options={"pause": ["module:blocks.2.attn"]})  # stop there
     torch.compile(model, backend="superstep",
                   options={"inner": "inductor", "probe": ["module:blocks.*.mlp", "op:layer_norm"],
                            "actions": ["summary", "record"], "record": 16, "grads": True})
@@ -35,8 +36,18 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     if opts.transparent:
         return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
     from dynstep import passes
+    from dynstep import pause as pause_mod
 
     graph_id = passes.graph_id_for(gm, _compat.current_compile_id())
+    if pause_mod.wants_pauses(opts) or opts.nan == "stop":
+        pause_mod.configure_stepper(opts)
+    paused = False
+    if pause_mod.wants_pauses(opts):
+        # before the probes: a probe on the same node then sees the value as computed
+        paused = bool(pause_mod.insert_pauses(gm, pause_mod.PausePlan.build(opts, graph_id)))
+        if not paused and not (opts.probe or opts.diff or opts.nan):
+            # no stop point matched here: this graph is compiled exactly as without superstep
+            return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
     hooked = inner_mod.has_aot_hooks(opts.inner)
     plan = passes.ProbePlan.build(opts, graph_id, inner_has_aot=hooked)
     if not hooked:

@@ -120,3 +120,10 @@ def run_and_get_code(fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]
     from torch._inductor.utils import run_and_get_code as _run
 
     return _run(fn, *args)
+
+
+def inductor_cache_dir() -> str:
+    # torch/_inductor/runtime/cache_dir_utils.py: cache_dir() (TORCHINDUCTOR_CACHE_DIR or the default)
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()

@@ -2,6 +2,8 @@
 
     dynstep demo [--inner inductor]      probe every block of a bundled small GPT and show a table
     dynstep doctor                       what is installed, which kernels are registered, and why not
+    dynstep run SCRIPT [ARGS]            run a script, every torch.compile through superstep
+    dynstep run -m MODULE [ARGS]         ... --pause SEL --probe SEL --commands "p value; c" --frontend pdb
 
 Each verb is a function `cmd_<verb>(args) -> (ok, message)`; only `main()` prints the message
 and exits, so the verbs can be tested in-process and through a subprocess alike.
@@ -13,7 +15,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-Result = tuple[bool, str]
+# (ok, message), or (ok, message, exit code) for verbs that pass a program's own exit code on
+Result = tuple[bool, str] | tuple[bool, str, int]
 
 
 def cmd_demo(args: argparse.Namespace) -> Result:
@@ -39,6 +42,27 @@ def cmd_doctor(args: argparse.Namespace) -> Result:
     return ok, "" if ok else "dynstep doctor found problems (see above)"
 
 
+def cmd_run(args: argparse.Namespace) -> Result:
+    """Run a script or module with every torch.compile routed through superstep (pause, step, probe)."""
+    from .runner import run
+
+    target = args.module or args.script
+    if not target:
+        return False, "dynstep run: give a script (dynstep run train.py) or a module (dynstep run -m pkg.train)", 2
+    script_args = list(args.args) if args.module is None else [a for a in (args.script, *args.args) if a]
+    overrides: dict[str, object] = {}
+    for name in ("probe", "pause"):
+        if getattr(args, name):
+            overrides[name] = list(getattr(args, name))
+    for name in ("commands", "frontend", "inner", "nan"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    if args.step:
+        overrides["step"] = True
+    code = run(target, script_args, overrides, module=args.module is not None)
+    return code == 0, "", code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynstep", description="A step debugger for torch.compile.")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -46,20 +70,35 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--inner", default="inductor", help="inner compiler (default: inductor)")
     demo.add_argument("--steps", type=int, default=2, help="training steps to run (default: 2)")
     sub.add_parser("doctor", help=cmd_doctor.__doc__)
+    run = sub.add_parser("run", help=cmd_run.__doc__,
+                         usage="dynstep run [options] SCRIPT [ARGS...] | dynstep run [options] -m MODULE [ARGS...]")
+    run.add_argument("-m", dest="module", default=None, help="run a module as a script (like python -m)")
+    run.add_argument("--probe", action="append", default=[], help="probe selector (repeatable)")
+    run.add_argument("--pause", action="append", default=[], help="pause selector (repeatable)")
+    run.add_argument("--commands", default=None, help='scripted stepper commands: "p value.mean(); s; c"')
+    run.add_argument("--frontend", default=None, choices=["repl", "script", "pdb"], help="who answers a stop")
+    run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
+    run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
+    run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
+    run.add_argument("script", nargs="?", help="the script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return parser
 
 
 VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "demo": cmd_demo,
     "doctor": cmd_doctor,
+    "run": cmd_run,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    ok, message = VERBS[args.verb](args)
+    ok, message, *code = VERBS[args.verb](args)
     if message:
         print(message, file=sys.stderr)
+    if code:
+        return code[0]
     return 0 if ok else 1
 
 

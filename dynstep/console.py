@@ -52,7 +52,9 @@ def default_sink(event: object) -> None:
     elif isinstance(event, Warning_):
         _err.print(f"[yellow]dynstep:[/] {event.message}")
     else:
-        _err.print(repr(event))
+        from .repl import render   # stepper events: stops, command answers
+
+        render(event)
 
 
 def snapshots_table(snaps: Sequence[Snapshot], title: str = "probe hits") -> Table:

@@ -8,6 +8,8 @@ editing it (lists from the environment are added to the call's lists):
     DYNSTEP_INNER=aot_eager  DYNSTEP_PROBE="module:blocks.*,op:layer_norm"  DYNSTEP_PAUSE=...
     DYNSTEP_ACTIONS=summary,record  DYNSTEP_RECORD=32  DYNSTEP_GRADS=1  DYNSTEP_NAN=raise
     DYNSTEP_DIFF=1  DYNSTEP_MODE=max-autotune  DYNSTEP_DISABLE=1 (superstep becomes transparent)
+    DYNSTEP_STEP=1 (step points everywhere, stop at the first node)  DYNSTEP_FRONTEND=repl|script|pdb
+    DYNSTEP_COMMANDS="p value.mean(); s; c"  (scripted commands; when they run out: continue)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .errors import OptionsError
 
 ACTIONS = ("summary", "record", "print", "nan")
 NAN_MODES = ("raise", "stop", "warn")
+FRONTENDS = ("repl", "script", "pdb")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -38,11 +41,12 @@ class Options:
     mode: str | None = None
     frontend: str | None = None
     commands: str | None = None
+    step: bool = False
 
     @property
     def transparent(self) -> bool:
         """True when superstep has nothing to add and hands the graph over untouched."""
-        return not (self.probe or self.pause or self.diff or self.nan)
+        return not (self.probe or self.pause or self.diff or self.nan or self.step)
 
     @property
     def inner_name(self) -> str:
@@ -90,6 +94,12 @@ class Options:
         values["mode"] = given.get("mode", mode or env.get("DYNSTEP_MODE") or None)
         values["frontend"] = given.get("frontend", env.get("DYNSTEP_FRONTEND") or None)
         values["commands"] = given.get("commands", env.get("DYNSTEP_COMMANDS") or None)
+        if values["frontend"] is not None and values["frontend"] not in FRONTENDS:
+            raise OptionsError(f"option 'frontend' must be one of {list(FRONTENDS)}, got {values['frontend']!r}")
+        if values["commands"] is not None and not isinstance(values["commands"], str):
+            raise OptionsError(f"option 'commands' must be a string like \"p value.mean(); s; c\", "
+                               f"got {values['commands']!r}")
+        values["step"] = _bool("step", given.get("step", _env_flag(env, "DYNSTEP_STEP")))
         opts = cls(**values)
         if "nan" in opts.actions and opts.nan is None:
             opts = dataclasses.replace(opts, nan="raise")

@@ -78,6 +78,11 @@ def _nonfinite(site: Site, nan: int, inf: int, x: torch.Tensor, call: int) -> No
                f"{', module ' + site.module if site.module else ''}) at {site.source or '<unknown line>'}"
                f"{': ' + site.source_text if site.source_text else ''}  [graph {site.graph}, call {call}]")
     mode = site.nan_mode or "raise"
+    if mode == "stop":
+        from .stepper import stop_nonfinite
+
+        stop_nonfinite(x, site, message)
+        return
     if mode == "warn":
         warnings.warn("dynstep: " + message, RuntimeWarning, stacklevel=2)
         return

@@ -146,7 +146,8 @@ def _module_outputs(nodes: list[torch.fx.Node], rx: re.Pattern[str]):
         for run in _runs(nodes, lambda n, p=path: p in gi.module_stack(n)):
             inside = set(run)
             for n in run:
-                if any(u not in inside for u in n.users) and gi.tensor_leaves(n):
+                # dynstep's own nodes (pauses placed before probes) are not uses of the value
+                if any(u not in inside and not gi.is_dynstep_node(u) for u in n.users) and gi.tensor_leaves(n):
                     out.append((n, path, gi.source(n)[0]))
     return out
 

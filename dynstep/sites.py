@@ -17,7 +17,7 @@ import threading
 @dataclasses.dataclass(frozen=True)
 class Site:
     id: int
-    kind: str                   # "value" or "grad"
+    kind: str                   # "value", "grad", or "pause" (a stepper stop point)
     probe: str                  # selector text that placed it
     node: str
     target: str
@@ -28,6 +28,9 @@ class Site:
     actions: tuple[str, ...]
     capacity: int               # ring capacity for `record`
     nan_mode: str | None = None  # "raise" | "stop" | "warn" when the nan action is on
+    inputs: tuple[str, ...] = ()  # FX names of the node's tensor inputs (pause sites)
+    user_name: str = ""         # the user's variable the node's value is assigned to, if known
+    frames: tuple[str, ...] = ()  # "path:line" of every user frame, outermost first
 
 
 class SiteRegistry:

@@ -1,4 +1,4 @@
-"""Shared test setup: one Inductor cache for the whole run, a fresh Dynamo per test, small models."""
+"""Shared test setup: one Inductor cache for the run, a fresh Dynamo and stepper per test, small models."""
 
 from __future__ import annotations
 
@@ -16,10 +16,23 @@ import torch.nn as nn  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo():
+def _fresh_compile_state():
+    from dynstep.stepper import STEPPER
+
     torch._dynamo.reset()
+    STEPPER.reset()
     yield
+    STEPPER.reset()
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def events():
+    from dynstep.events import use_sink
+
+    seen: list[object] = []
+    with use_sink(seen.append):
+        yield seen
 
 
 class MLP(nn.Module):

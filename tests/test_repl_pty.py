@@ -1,0 +1,58 @@
+"""The terminal REPL through a real pseudo-terminal: `dynstep run` on the example script."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+
+pexpect = pytest.importorskip("pexpect")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROMPT = re.escape("(dynstep) ")
+
+
+def spawn(*extra: str):
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "TERM": "dumb",
+           "NO_COLOR": "1", "COLUMNS": "160", "HOME": os.environ.get("TMPDIR", "/tmp"),
+           "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/tmp/dynstep-inductor-cache")}
+    env.pop("DYNSTEP_COMMANDS", None)
+    args = ["-m", "dynstep", "run", "--inner", "eager", "--pause", "module:blocks.0.attn", *extra,
+            os.path.join(ROOT, "examples", "pause_and_step.py"), "1"]
+    return pexpect.spawn(sys.executable, args, cwd=ROOT, env=env, encoding="utf-8", timeout=120,
+                         dimensions=(50, 160))
+
+
+def test_repl_prompt_print_set_step_graph_continue():
+    child = spawn()
+    child.expect(r"paused .* node out .* blocks\.0\.attn")
+    child.expect(PROMPT)
+    child.sendline("p value.shape")
+    child.expect(re.escape("value.shape = torch.Size([2, 16, 32])"))
+    child.expect(PROMPT)
+    child.sendline("set value = value * 0")
+    child.expect("later nodes see the new value")
+    child.expect(PROMPT)
+    child.sendline("s")
+    child.expect(r"step .* node x_1")
+    child.expect(PROMPT)
+    child.sendline("g")
+    child.expect(r"→\s+x_1\s+add")
+    child.expect(PROMPT)
+    child.sendline("c")
+    child.expect("changed by the debugger")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_ctrl_c_at_the_prompt_aborts_cleanly():
+    child = spawn()
+    child.expect(PROMPT)
+    child.sendintr()
+    child.expect("program stopped from the debugger")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
