@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "StorageError",
     "Options", "Recording", "Session", "Snapshot", "Stats",
-    "default_session", "load", "session", "superstep",
+    "breakpoint", "configure", "default_session", "load", "session", "superstep",
 ]
 
 _LAZY = {
@@ -30,10 +30,13 @@ _LAZY = {
     "Snapshot": "dynstep.records", "Stats": "dynstep.records",
     "Recording": "dynstep.storage", "load": "dynstep.storage",
     "superstep": "dynstep.backends.superstep",
+    "breakpoint": "dynstep.breakpoints", "configure": "dynstep.bp_frontend",
 }
 
 if TYPE_CHECKING:
     from .backends.superstep import superstep
+    from .bp_frontend import configure
+    from .breakpoints import breakpoint
     from .errors import Abort, DynstepError, NonFiniteError, OptionsError, SelectorError, StorageError
     from .options import Options
     from .records import Snapshot, Stats
@@ -41,7 +44,12 @@ if TYPE_CHECKING:
     from .storage import Recording, load
 
 
+_SUBMODULES = {"breakpoints", "compile_stop", "stepper", "selectors", "sessions", "storage", "records"}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"dynstep.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'dynstep' has no attribute {name!r}")

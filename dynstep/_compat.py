@@ -127,3 +127,105 @@ def inductor_cache_dir() -> str:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     return cache_dir()
+
+
+def comptime() -> Callable[..., None]:
+    # torch/_dynamo/comptime.py: comptime(fn) runs fn(ComptimeContext) while Dynamo traces; the
+    # caller must call it from its own frame (the context's translator is the calling frame).
+    from torch._dynamo.comptime import comptime as _comptime
+
+    return _comptime
+
+
+def comptime_translator(ctx: Any) -> Any:
+    # torch/_dynamo/comptime.py: the InstructionTranslator behind a ComptimeContext (no BC promise:
+    # tests/test_compat.py checks the attributes dynstep reads: parent, symbolic_locals, output).
+    return ctx._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+
+
+def realize(var: Any) -> Any:
+    # torch/_dynamo/variables/lazy.py: LazyVariableTracker wraps a local until first use
+    return var.realize() if hasattr(var, "realize") else var
+
+
+def is_tensor_variable(var: Any) -> bool:
+    # torch/_dynamo/variables/tensor.py
+    from torch._dynamo.variables import TensorVariable
+
+    return isinstance(realize(var), TensorVariable)
+
+
+def fake_of(var: Any) -> Any:
+    # torch/_dynamo/variables/tensor.py: a TensorVariable's proxy node carries the FakeTensor
+    return realize(var).as_proxy().node.meta.get("example_value")
+
+
+def python_constant(var: Any) -> tuple[bool, Any]:
+    var = realize(var)
+    try:
+        return var.is_python_constant(), var.as_python_constant() if var.is_python_constant() else None
+    except Exception:
+        return False, None
+
+
+def function_of_variable(var: Any) -> Callable[..., Any] | None:
+    # torch/_dynamo/variables/functions.py: rebuild a real function from a traced one, the way
+    # torch/_dynamo/variables/misc.py (ComptimeVariable.call_function) does for comptime itself.
+    import types
+
+    from torch._dynamo.variables import ConstantVariable, NestedUserFunctionVariable, UserFunctionVariable
+
+    var = realize(var)
+    if isinstance(var, ConstantVariable) and var.value is None:
+        return None
+    if isinstance(var, UserFunctionVariable):
+        return var.get_function()
+    if isinstance(var, NestedUserFunctionVariable):
+        code = var.get_code()
+        if var.closure:
+            raise TypeError(f"dynstep.breakpoint(when=...) must not close over variables ({code.co_freevars}); "
+                            "take the values as parameters named like your locals: when=lambda h: h.max() > 10")
+        return types.FunctionType(code, var.f_globals, code.co_name,
+                                  tuple(var.defaults.items) if var.defaults else None, ())
+    raise TypeError(f"dynstep.breakpoint(when=...) must be a function, got {type(var).__name__}")
+
+
+def call_op_in_trace(tx: Any, op: Any, tensor_lists: list[list[Any]], constant: int) -> None:
+    # torch/_dynamo/variables/builder.py: VariableTracker.build + call_function records the op in
+    # the graph being traced, with fake propagation, exactly as if user code had called it.
+    from torch._dynamo.variables import ConstantVariable, ListVariable
+    from torch._dynamo.variables.base import VariableTracker
+
+    args = [ListVariable([realize(v) for v in vs]) for vs in tensor_lists]
+    VariableTracker.build(tx, op).call_function(tx, [*args, ConstantVariable.create(constant)], {})
+
+
+def comptime_local(ctx: Any, name: str) -> Any:
+    # torch/_dynamo/comptime.py: ComptimeVar wraps a VariableTracker; dynstep reads it directly
+    return ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
+
+
+def recompile_reason() -> str | None:
+    # torch/_dynamo/convert_frame.py puts the guard failure behind a recompile in the metrics context
+    from torch._dynamo.utils import get_metrics_context
+
+    return get_metrics_context()._metrics.get("recompile_reason")
+
+
+def graph_breaks_so_far() -> list[str]:
+    # torch/_dynamo/utils.py: counters["graph_break"] counts graph-break reasons in this process
+    from torch._dynamo.utils import counters
+
+    return list(counters["graph_break"].keys())
+
+
+def shape_guards(tx: Any) -> list[str]:
+    # torch/fx/experimental/symbolic_shapes.py: ShapeEnv.guards (ShapeGuard.expr)
+    env = getattr(tx.output, "shape_env", None)
+    return [str(g.expr) for g in getattr(env, "guards", [])] if env is not None else []
+
+
+def symbolic_value(var: Any) -> Any:
+    # torch/_dynamo/variables/tensor.py: SymNodeVariable.sym_num is the SymInt/SymFloat it tracks
+    sym = getattr(realize(var), "sym_num", None)
+    return sym

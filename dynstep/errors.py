@@ -43,5 +43,10 @@ class NonFiniteError(DynstepError, FloatingPointError):
         self.inf = inf
 
 
-class Abort(DynstepError):
-    """The user asked the debugger to stop the program (`quit` at a pause)."""
+class Abort(BaseException):
+    """The user asked the debugger to stop the program (`quit` at a stop).
+
+    Like KeyboardInterrupt and SystemExit it derives from BaseException: a quit must not be
+    swallowed by an `except Exception` in user code, nor wrapped by Dynamo when it happens at a
+    compile-time stop (torch/_dynamo/convert_frame.py wraps Exceptions in InternalTorchDynamoError).
+    """

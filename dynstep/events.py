@@ -120,6 +120,13 @@ class Resumed:
     how: str      # continue, step, next
 
 
+@dataclasses.dataclass(frozen=True)
+class CompileViewShown:
+    """Something to show at a compile-time stop of dynstep.breakpoint() (a `compile_stop.View`)."""
+
+    view: object
+
+
 Sink = Callable[[object], None]
 _sink: Sink | None = None
 

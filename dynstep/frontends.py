@@ -49,6 +49,10 @@ class ScriptFrontend:
     def __init__(self, script: str) -> None:
         self.queue = collections.deque(split_commands(script))
 
+    def read(self, prompt: str) -> str | None:
+        """The next scripted command (shared by every kind of stop), None when the script ran out."""
+        return self.queue.popleft() if self.queue else None
+
     def run(self, stepper: "Stepper", stop: "Stop") -> None:
         while True:
             if not self.queue:

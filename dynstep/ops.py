@@ -30,6 +30,8 @@ LIB.define("grad_tap_bw(Tensor g, int site) -> Tensor")
 # x is declared mutable (a!): `set value = ...` copies into x and every later node, compiled by
 # Inductor or not, reads the new value (functionalization turns this into auto_functionalized).
 LIB.define("pause(Tensor(a!) x, int site, Tensor[] inputs) -> ()", tags=(torch.Tag.cudagraph_unsafe,))
+# dynstep.breakpoint()'s runtime half: the tensor locals at that line (writable ones may be `set`).
+LIB.define("breakpoint(Tensor(a!)[] values, Tensor[] readonly, int bp) -> ()", tags=(torch.Tag.cudagraph_unsafe,))
 
 
 def _probe_kernel(x: torch.Tensor, site: int) -> None:
@@ -58,6 +60,16 @@ def _pause_fake(x: torch.Tensor, site: int, inputs: list[torch.Tensor]) -> None:
     return None
 
 
+def _breakpoint_kernel(values: list[torch.Tensor], readonly: list[torch.Tensor], bp: int) -> None:
+    from .breakpoints import on_breakpoint
+
+    on_breakpoint(values, readonly, bp)
+
+
+def _breakpoint_fake(values: list[torch.Tensor], readonly: list[torch.Tensor], bp: int) -> None:
+    return None
+
+
 def _grad_tap_kernel(x: torch.Tensor, site: int) -> torch.Tensor:
     return x.clone()
 
@@ -83,20 +95,24 @@ def _grad_tap_backward(ctx, grad: torch.Tensor):
 
 LIB.impl("probe", _probe_kernel, "CompositeExplicitAutograd")
 LIB.impl("pause", _pause_kernel, "CompositeExplicitAutograd")
+LIB.impl("breakpoint", _breakpoint_kernel, "CompositeExplicitAutograd")
 LIB.impl("grad_tap", _grad_tap_kernel, "CompositeExplicitAutograd")
 LIB.impl("grad_tap_bw", _grad_tap_bw_kernel, "CompositeExplicitAutograd")
 torch.library.register_fake("dynstep::probe", _probe_fake, lib=LIB)
 torch.library.register_fake("dynstep::pause", _pause_fake, lib=LIB)
+torch.library.register_fake("dynstep::breakpoint", _breakpoint_fake, lib=LIB)
 torch.library.register_fake("dynstep::grad_tap", _like, lib=LIB)
 torch.library.register_fake("dynstep::grad_tap_bw", _like, lib=LIB)
 torch.library.register_autograd("dynstep::grad_tap", _grad_tap_backward, setup_context=_grad_tap_setup,
                                 lib=LIB)
 _compat.register_ordered_effect("dynstep::probe")
 _compat.register_ordered_effect("dynstep::pause")
+_compat.register_ordered_effect("dynstep::breakpoint")
 # A probe inserted after partitioning has no effect token; this keeps FX dead-code elimination
 # from dropping it (torch/fx/node.py: has_side_effect).
 torch.fx.node.has_side_effect(torch.ops.dynstep.probe.default)
 torch.fx.node.has_side_effect(torch.ops.dynstep.pause.default)
+torch.fx.node.has_side_effect(torch.ops.dynstep.breakpoint.default)
 
 probe = torch.ops.dynstep.probe.default
 grad_tap = torch.ops.dynstep.grad_tap.default

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .console import fmt, stats_line
-from .events import (CommandFailed, CommandRead, Evaluated, GraphShown, HelpShown, Info, Resumed, Stopped,
+from .events import (CommandFailed, CommandRead, CompileViewShown, Evaluated, GraphShown, HelpShown, Info, Resumed, Stopped,
                      TensorView, WhereShown)
 
 if TYPE_CHECKING:
@@ -37,6 +37,16 @@ class ReplFrontend:
 
     def __init__(self) -> None:
         self._readline = _setup_readline()
+
+    def read(self, prompt: str) -> str | None:
+        """One line from the terminal (None at end of input); Ctrl-C reads as `quit`."""
+        try:
+            return input(prompt)
+        except EOFError:
+            return None
+        except KeyboardInterrupt:
+            _console.print()
+            return "quit"
 
     def run(self, stepper: "Stepper", stop: "Stop") -> None:
         while True:
@@ -103,6 +113,8 @@ def render(event: object, console: Console | None = None) -> None:
         c.print(Text(event.message, style="yellow" if event.message.startswith("dynstep:") else ""))
     elif isinstance(event, Resumed):
         pass
+    elif isinstance(event, CompileViewShown):
+        _compile_view(c, event.view)
     else:
         c.print(repr(event))
 
@@ -113,7 +125,7 @@ def _stopped(c: Console, e: Stopped) -> None:
     parts = [f"graph {s.graph}", f"node {s.node}", s.target] + ([s.module] if s.module else [])
     c.print(Text(f"── {label} · " + " · ".join(parts) + (f" · call {e.call}" if e.call else ""), style="bold cyan"))
     if s.source:
-        c.print(Text(f"   {s.source:<16}", style="dim"), end="")
+        c.print(Text(f"   {s.source:<16} ", style="dim"), end="")
         c.print(Syntax(s.source_text or "", "python", theme="ansi_dark", background_color="default"))
     if e.tensor is not None:
         c.print("   " + tensor_text(e.tensor))
@@ -123,6 +135,21 @@ def _stopped(c: Console, e: Stopped) -> None:
         c.print(Text("   (read-only stop: set value is not possible here)", style="dim"))
     for expr, text in e.watches:
         c.print(Text(f"   watch {expr} = {text}", style="magenta"))
+
+
+def _compile_view(c: Console, view) -> None:
+    if view.kind == "stop":
+        c.print(Text(f"── {view.title}", style="bold magenta"))
+        for line in view.lines:
+            c.print("   " + line)
+    elif view.kind == "graph":
+        c.print(Syntax("\n".join(view.lines), "python", theme="ansi_dark", background_color="default"))
+    elif view.kind == "error":
+        c.print(Text(f"error: {view.title}: " + " ".join(view.lines), style="red"))
+    else:
+        c.print(Text(view.title, style="bold"))
+        for line in view.lines:
+            c.print("   " + line, markup=False, highlight=False)
 
 
 def _where(c: Console, e: WhereShown) -> None:

@@ -54,6 +54,7 @@ class Stop:
     writable: bool
     stack: tuple[str, ...]
     note: str = ""
+    writable_inputs: frozenset[str] = frozenset()   # inputs `set NAME = ...` may overwrite (breakpoints)
 
     def names(self) -> tuple[str, ...]:
         """Every name bound to the stopped value itself."""
@@ -110,10 +111,10 @@ class Stepper:
         return None
 
     def stop(self, x: torch.Tensor, site: Site, inputs: dict[str, torch.Tensor], *, reason: str,
-             writable: bool, note: str = "") -> None:
+             writable: bool, note: str = "", writable_inputs: frozenset[str] = frozenset()) -> None:
         with self._lock:
             stop = Stop(site=site, value=x, inputs=inputs, reason=reason, call=self.hits[site.id] - 1,
-                        writable=writable, stack=_user_stack(), note=note)
+                        writable=writable, stack=_user_stack(), note=note, writable_inputs=writable_inputs)
             frontend = self._frontend()
             if frontend is None:
                 if note:
@@ -128,6 +129,10 @@ class Stepper:
                 frontend.run(self, stop)
             finally:
                 self.current = None
+
+    def active_frontend(self) -> Frontend | None:
+        """The front end that answers stops now (None: detached, nothing can answer)."""
+        return self._frontend()
 
     def _frontend(self) -> Frontend | None:
         if self.detached:
@@ -216,6 +221,9 @@ class Stepper:
         if name in stop.names():
             self.write_value(stop, result)
             emit(Info(f"{stop.site.node} ({', '.join(stop.names())}) replaced; later nodes see the new value"))
+        elif name in stop.writable_inputs:
+            self.write_tensor(stop.inputs[name], result, name)
+            emit(Info(f"{name} replaced in place; the rest of the program sees the new value"))
         elif name in stop.inputs:
             raise ValueError(f"{name!r} is an input of {stop.site.node} and was already used; set it at its own "
                              f"stop (break node:{name}) or set value = ... here")
@@ -226,12 +234,14 @@ class Stepper:
     def write_value(self, stop: Stop, result: Any) -> None:
         if not stop.writable:
             raise ValueError(f"this stop ({stop.reason}) only observes {stop.site.node}; its value is read-only")
-        x = stop.value
+        self.write_tensor(stop.value, result, stop.site.node)
+
+    def write_tensor(self, x: torch.Tensor, result: Any, label: str) -> None:
         new = torch.as_tensor(result, dtype=x.dtype, device=x.device)
         try:
             torch.broadcast_shapes(new.shape, x.shape)
         except RuntimeError:
-            raise ValueError(f"cannot write a value of shape {list(new.shape)} into {stop.site.node} of shape "
+            raise ValueError(f"cannot write a value of shape {list(new.shape)} into {label} of shape "
                              f"{list(x.shape)}; the compiled graph was built for that shape") from None
         if tuple(torch.broadcast_shapes(new.shape, x.shape)) != tuple(x.shape):
             raise ValueError(f"a value of shape {list(new.shape)} does not fit {list(x.shape)}")
@@ -316,7 +326,7 @@ class Stepper:
     def cmd_record(self, arg: str) -> None:
         """record: put a copy of the value at this stop into the session (dynstep.session())."""
         from .records import Snapshot
-        from .session import deliver
+        from .sessions import deliver
         from .stats import stats_of
 
         stop = self.current
