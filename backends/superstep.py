@@ -41,13 +41,18 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     graph_id = passes.graph_id_for(gm, _compat.current_compile_id())
     if pause_mod.wants_pauses(opts) or opts.nan == "stop":
         pause_mod.configure_stepper(opts)
-    paused = False
     if pause_mod.wants_pauses(opts):
+        pause_only = not (opts.probe or opts.diff or opts.nan)
+        quiet = pause_mod.copy_graph_module(gm) if pause_only else None
         # before the probes: a probe on the same node then sees the value as computed
-        paused = bool(pause_mod.insert_pauses(gm, pause_mod.PausePlan.build(opts, graph_id)))
-        if not paused and not (opts.probe or opts.diff or opts.nan):
-            # no stop point matched here: this graph is compiled exactly as without superstep
-            return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
+        sites = pause_mod.insert_pauses(gm, pause_mod.PausePlan.build(opts, graph_id))
+        if quiet is not None:
+            if not sites:
+                # no stop point matched here: this graph is compiled exactly as without superstep
+                return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
+            stepping = inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
+            plain = inner_mod.compile_plain(quiet, example_inputs, opts.inner, mode=opts.mode)
+            return pause_mod.two_variants(stepping, plain, sites)
     hooked = inner_mod.has_aot_hooks(opts.inner)
     plan = passes.ProbePlan.build(opts, graph_id, inner_has_aot=hooked)
     if not hooked:

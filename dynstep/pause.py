@@ -121,6 +121,38 @@ def insert_pauses(gm: torch.fx.GraphModule, plan: PausePlan) -> list[Site]:
     return sites
 
 
+def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of a Dynamo graph module sharing node metadata (fake values), before passes edit it."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    out_node = graph.output(out)
+    out_node.meta = dict(gm.graph.output_node().meta)
+    copy = torch.fx.GraphModule(gm, graph)
+    copy.meta = dict(getattr(gm, "meta", {}))
+    return copy
+
+
+def two_variants(stepping, quiet, sites: list[Site]):
+    """Run the graph with stop points only when the stepper could stop in it, else the plain graph.
+
+    Step points after every node cost several times the graph (each is an op call Inductor cannot
+    fuse across). A graph whose pause selectors are cleared, a detached stepper (no terminal, no
+    commands), or `continue` with no pause left in the graph: the plain variant runs, at the cost
+    of the graph without dynstep. Stepping (`s`, `n`), a live pause selector or a `break` on one
+    of its nodes selects the variant with stop points for the next call.
+    """
+    from .stepper import STEPPER
+
+    ids = frozenset(s.id for s in sites)
+    pauses = {s.id: s.probe for s in sites if s.actions == ("pause",)}
+
+    def run(*args):
+        return (stepping if STEPPER.may_stop(ids, pauses) else quiet)(*args)
+
+    run.dynstep_variants = (stepping, quiet)
+    return run
+
+
 def configure_stepper(opts: Options) -> None:
     """Tell the stepper who answers stops (pauses, steps, nan="stop") for graphs compiled with opts."""
     from .stepper import STEPPER

@@ -99,6 +99,14 @@ class Stepper:
 
     # -- run time -----------------------------------------------------------------------------
 
+    def may_stop(self, site_ids: frozenset[int], pauses: dict[int, str]) -> bool:
+        """Could a call of a graph with these stop points stop anywhere in it? (see pause.two_variants)"""
+        if self.detached:
+            return False
+        if self.mode != "run" or not self.break_ids.isdisjoint(site_ids):
+            return True
+        return any(probe not in self.disabled for probe in pauses.values())
+
     def reason_to_stop(self, site_id: int, site: Site) -> str | None:
         if site.actions == ("pause",) and site.probe not in self.disabled:
             return "pause"

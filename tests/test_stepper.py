@@ -195,7 +195,27 @@ def test_graphs_without_pause_selectors_get_no_stop_points():
         with pytest.warns(UserWarning, match="matched nothing") if pause[0].endswith("_op") else _nothing():
             torch.compile(fn, backend=dynstep.superstep(inner=capture, pause=pause, commands="c"))(torch.randn(3))
     pauses = [sum(n.target is torch.ops.dynstep.pause.default for n in g.graph.nodes) for g in graphs]
-    assert pauses == [0, 2]
+    # unmatched: one plain compile; matched: the variant with stop points and the plain variant
+    assert pauses == [0, 2, 0]
+
+
+def test_plain_variant_runs_when_no_stop_can_happen(events):
+    from dynstep.stepper import STEPPER
+
+    def fn(x):
+        return torch.relu(x) * 2
+
+    cf = torch.compile(fn, backend=dynstep.superstep(inner="eager", pause=["op:relu"], commands="c; c"))
+    cf(torch.randn(3))                      # stops at relu, continues
+    assert STEPPER.hits and sum(STEPPER.hits.values()) == 2   # relu's pause and the mul's step point
+    STEPPER.disabled.add("op:relu")         # what `clear` does: nothing can stop in this graph now
+    before = dict(STEPPER.hits)
+    out = cf(torch.tensor([-1.0, 2.0]))
+    assert torch.equal(out, torch.tensor([0.0, 4.0]))
+    assert dict(STEPPER.hits) == before     # the plain variant ran: no stop point was even called
+    STEPPER.disabled.discard("op:relu")
+    cf(torch.randn(3))                      # live again: stops (the script's second `c`)
+    assert sum(isinstance(e, Stopped) for e in events) == 2
 
 
 class _nothing:
