@@ -78,6 +78,40 @@ def insert_probes(gm: torch.fx.GraphModule, plan: ProbePlan, *, aten_level: bool
     return sites
 
 
+def insert_grad_pauses(gm: torch.fx.GraphModule, selectors: list[sel.Selector], graph_id: str) -> list[Site]:
+    """For each pause-selected value that needs a gradient: a tap whose backward stops the stepper."""
+    graph = gm.graph
+    sites = []
+    for m in sel.select(graph, [s for s in selectors if not s.aten_level], aten_level=False):
+        for index, value in gi.tensor_leaves(m.node):
+            if index is not None or not getattr(value, "requires_grad", False):
+                continue
+            node = m.node
+            site = SITES.add(kind="grad", actions=("pause",), probe=m.selector.text, node=node.name,
+                             target=gi.op_name(node), module=m.module, source=m.source,
+                             source_text=gi.source(node)[1], graph=graph_id, capacity=1,
+                             frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)))
+            users = [u for u in node.users if not gi.is_dynstep_node(u)]
+            own = [u for u in node.users if gi.is_dynstep_node(u) and u.args and u.args[0] is node]
+            after = max(own, key=_order(graph), default=node)
+            with graph.inserting_after(after):
+                tap = graph.call_function(ops.grad_tap, (node, site.id))
+            tap.meta.update(_inherited_meta(node))
+            tap.meta["example_value"] = value
+            for u in users:
+                u.replace_input_with(node, tap)
+            sites.append(site)
+    if sites:
+        graph.lint()
+        gm.recompile()
+    return sites
+
+
+def _order(graph: torch.fx.Graph):
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    return lambda n: index[n]
+
+
 def _probe_node(graph: torch.fx.Graph, node: torch.fx.Node, probe: str, module: str, source: str,
                 plan: ProbePlan, actions: tuple[str, ...], cursor: dict, *, grads: bool) -> list[Site]:
     leaves = gi.tensor_leaves(node)

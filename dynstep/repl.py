@@ -122,6 +122,8 @@ def render(event: object, console: Console | None = None) -> None:
 def _stopped(c: Console, e: Stopped) -> None:
     s = e.site
     label = {"pause": "paused", "break": "breakpoint", "step": "step", "nan": "non-finite"}.get(e.reason, e.reason)
+    if s.kind == "grad":
+        label += " at the gradient"
     parts = [f"graph {s.graph}", f"node {s.node}", s.target] + ([s.module] if s.module else [])
     c.print(Text(f"── {label} · " + " · ".join(parts) + (f" · call {e.call}" if e.call else ""), style="bold cyan"))
     if s.source:

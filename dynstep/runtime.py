@@ -15,7 +15,7 @@ import warnings
 
 import torch
 
-from .errors import DynstepError, NonFiniteError
+from .errors import Abort, DynstepError, NonFiniteError
 from .records import Snapshot, Stats
 from .sites import SITES, Site
 from .stats import nonfinite_counts, stats_of, unsupported_reason
@@ -38,7 +38,7 @@ def on_probe(x: torch.Tensor, site_id: int) -> None:
         _calls[site_id] += 1
     try:
         _run_actions(x, site, call)
-    except DynstepError:
+    except (DynstepError, Abort):
         raise
     except Exception as exc:  # a probe must never take the model down
         _warn_once(site, type(exc).__name__,
@@ -47,6 +47,11 @@ def on_probe(x: torch.Tensor, site_id: int) -> None:
 
 def _run_actions(x: torch.Tensor, site: Site, call: int) -> None:
     acts = site.actions
+    if "pause" in acts:   # a gradient pause (pauses on values use dynstep::pause)
+        from .stepper import on_grad_pause
+
+        on_grad_pause(x, site)
+        return
     observing = any(a in acts for a in ("summary", "record", "print"))
     stats: Stats | None = stats_of(x) if observing else None
     if "nan" in acts:

@@ -428,6 +428,23 @@ def on_pause(x: torch.Tensor, site_id: int, inputs: list[torch.Tensor]) -> None:
     stepper.stop(x, site, names, reason=reason, writable=True)
 
 
+def on_grad_pause(g: torch.Tensor, site: Site) -> None:
+    """A pause selector's node, in the backward graph: stop at the gradient flowing into it.
+
+    Read-only: the backward graph is compiled after partitioning, where dynstep cannot make the
+    compiler keep an in-place write (pytorch#172248 keeps effectful ops out of the joint graph).
+    """
+    stepper = STEPPER
+    if stepper.detached:
+        return
+    stepper.hits[site.id] += 1
+    reason = stepper.reason_to_stop(site.id, site)
+    if reason is None:
+        return
+    stepper.stop(g, site, {}, reason=reason, writable=False,
+                 note=f"gradient flowing into {site.node} (backward graph, read-only)")
+
+
 def stop_nonfinite(x: torch.Tensor, site: Site, message: str) -> None:
     """`nan="stop"`: stop at the probe that saw the first NaN/Inf (the value is read-only there)."""
     STEPPER.hits[site.id] += 1

@@ -261,3 +261,22 @@ def test_commands_and_pause_from_the_environment(events, monkeypatch):
         cm(idx)
     assert [s.site.node for s in stops(events)][:1] == ["layer_norm"]
     assert any(isinstance(e, Evaluated) and e.text == "torch.Size([2, 16, 32])" for e in events)
+
+
+@pytest.mark.parametrize("inner", ["eager", "aot_eager"])
+def test_pause_in_the_backward_graph_at_the_gradient(events, mlp, inner):
+    model, x = mlp
+    grads = []
+    cm = torch.compile(model, backend=dynstep.superstep(
+        inner=inner, pause=["module:fc1"], grads=True, commands="c; p value.abs().sum().item(); set value = value * 0; c"))
+    cm(x).pow(2).mean().backward()
+    stopped = [e for e in events if isinstance(e, Stopped)]
+    assert [e.site.kind for e in stopped] == ["pause", "grad"]
+    assert "gradient flowing into" in stopped[1].note and not stopped[1].writable
+    printed = [e.text for e in events if isinstance(e, Evaluated)]
+    eager = type(model)()
+    eager.load_state_dict(model.state_dict())
+    eager.fc1.register_full_backward_hook(lambda m, gi, go: grads.append(go[0].detach().clone()))
+    eager(x).pow(2).mean().backward()
+    assert float(printed[0]) == pytest.approx(grads[-1].abs().sum().item(), rel=1e-5)
+    assert any("read-only" in e.message for e in events if isinstance(e, CommandFailed))
