@@ -56,3 +56,39 @@ def test_ctrl_c_at_the_prompt_aborts_cleanly():
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 1
+
+
+LOOP_SCRIPT = """
+import sys, time, torch
+f = torch.compile(lambda x: torch.relu(x) * 2 + 1)
+f(torch.ones(3))
+print("looping", flush=True)
+end = time.time() + 120
+while time.time() < end:
+    f(torch.ones(3))
+"""
+
+
+def test_ctrl_c_while_running_stops_at_the_next_node(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "TERM": "dumb",
+           "NO_COLOR": "1", "HOME": str(tmp_path)}
+    env.pop("DYNSTEP_COMMANDS", None)
+    child = pexpect.spawn(sys.executable, ["-m", "dynstep", "run", "--inner", "eager", "--pause", "op:relu",
+                                           str(script)], cwd=ROOT, env=env, encoding="utf-8", timeout=120,
+                          dimensions=(50, 160))
+    child.expect(r"paused .* node relu")
+    child.expect(PROMPT)
+    child.sendline("cl")           # nothing can stop now: the loop runs the plain variant
+    child.expect(PROMPT)
+    child.sendline("c")
+    child.expect("looping")
+    child.sendintr()
+    child.expect("interrupted; stopping at the next node")
+    child.expect(r"step .* node relu")
+    child.expect(PROMPT)
+    child.sendline("q")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
