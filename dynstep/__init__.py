@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "StorageError",
     "Options", "Recording", "Session", "Snapshot", "Stats",
-    "default_session", "load", "session", "superstep",
+    "default_session", "load", "session", "step_bytecode", "superstep",
 ]
 
 _LAZY = {
@@ -30,10 +30,12 @@ _LAZY = {
     "Snapshot": "dynstep.records", "Stats": "dynstep.records",
     "Recording": "dynstep.storage", "load": "dynstep.storage",
     "superstep": "dynstep.backends.superstep",
+    "step_bytecode": "dynstep.bytecode",
 }
 
 if TYPE_CHECKING:
     from .backends.superstep import superstep
+    from .bytecode import step_bytecode
     from .errors import Abort, DynstepError, NonFiniteError, OptionsError, SelectorError, StorageError
     from .options import Options
     from .records import Snapshot, Stats
