@@ -72,6 +72,8 @@ class BytecodeStepper(Commands):
         self.user_vars: dict[str, Any] = {}
         self.list_start: int | None = None
         self.visited: list[types.CodeType] = []   # code objects seen, in first-run order
+        self.break_at: set[str] = set()           # "graph": every graph call; "entry": every code's first instruction
+        self._running: set[int] = set()           # ids of tracked frames that have started
 
     # -- hooks (dynstep.bytecode_hooks) --------------------------------------------------------
 
@@ -94,6 +96,7 @@ class BytecodeStepper(Commands):
         return True
 
     def on_return(self, frame: types.FrameType) -> None:
+        self._running.discard(id(frame))
         if self.next_from is not None and self.next_from[0] is frame:
             self.next_from = None
             self.mode = "step"     # `n` ran off the end of the frame: stop at the next instruction anywhere
@@ -123,7 +126,11 @@ class BytecodeStepper(Commands):
     # -- decisions ----------------------------------------------------------------------------
 
     def _reason(self, frame: types.FrameType, info: CodeInfo, row: Row) -> str | None:
+        entering = id(frame) not in self._running
+        self._running.add(id(frame))
         if row.index in self.breakpoints.get(info.code, ()):
+            return "break"
+        if ("graph" in self.break_at and self._is_graph_call(info, row)) or ("entry" in self.break_at and entering):
             return "break"
         if self.mode == "step":
             if self.step_count > 0:

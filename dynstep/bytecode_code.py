@@ -28,8 +28,8 @@ _JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
 _NO_FALLTHROUGH = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD",
                    "JUMP_BACKWARD", "JUMP_ABSOLUTE", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP"}
 _CALLS = {"CALL", "CALL_FUNCTION", "CALL_FUNCTION_EX", "CALL_KW", "CALL_METHOD", "PRECALL"}
-_REPLAY_OPS = {"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR", "LIST_EXTEND", "DICT_UPDATE",
-               "SET_UPDATE"}
+# LIST_EXTEND and friends are left out: Dynamo uses them on its own temporaries as well
+_REPLAY_OPS = {"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR"}
 _REPLAY_METHODS = {"update", "append", "extend", "insert", "pop", "clear", "add", "remove", "setdefault",
                    "__setitem__", "__delitem__", "__setattr__"}
 
@@ -65,7 +65,8 @@ class CodeInfo:
         return None if index is None else self.rows[index]
 
     def first_of_line(self, line: int) -> Row | None:
-        return next((r for r in self.rows if r.line == line), None)
+        # RESUME/NOP never get an instruction event (settrace reports RESUME as the call itself)
+        return next((r for r in self.rows if r.line == line and r.opname not in ("RESUME", "NOP", "CACHE")), None)
 
 
 def describe_code(code: types.CodeType) -> tuple[str, str]:
@@ -96,8 +97,12 @@ def analyse(code: types.CodeType) -> CodeInfo:
         side = inst.opname in _REPLAY_OPS or (inst.opname in ("LOAD_METHOD", "LOAD_ATTR")
                                               and inst.argval in _REPLAY_METHODS)
         argrepr = inst.argrepr or ("" if inst.arg is None or inst.opcode < dis.HAVE_ARGUMENT else str(inst.arg))
+        depth = depths.get(inst.offset)
+        if inst.opname == "CALL" and depth is not None and i and instructions[i - 1].opname == "PRECALL":
+            # 3.11: dis books the arguments' pop on PRECALL, but they stay on the stack until CALL
+            depth += instructions[i - 1].arg or 0
         rows.append(Row(index=i, offset=inst.offset, opname=inst.opname, argrepr=argrepr, line=lines[i],
-                        depth=depths.get(inst.offset), region=regions[i],
+                        depth=depth, region=regions[i],
                         side_effect=side and regions[i] == "replay"))
         for off in range(inst.offset, end, 2):
             index_of[off] = i

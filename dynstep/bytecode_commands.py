@@ -33,6 +33,7 @@ class Commands:
     next_from: Any
     breakpoints: dict[types.CodeType, set[int]]
     line_breaks: set[tuple[str, int]]
+    break_at: set[str]
     infos: dict[types.CodeType, Any]
     user_vars: dict[str, Any]
     list_start: int | None
@@ -104,13 +105,18 @@ class Commands:
     # -- breakpoints --------------------------------------------------------------------------
 
     def cmd_break(self, arg: str) -> None:
-        """break, b [LINE | #INDEX | @OFFSET]: stop at a source line (all code objects), an instruction index or byte offset here."""
+        """break, b [LINE | FILE:LINE | #INDEX | @OFFSET | graph | entry]: stop at a source line, an instruction here, every graph call, every code object's start."""
         here = self._here()
         info = here.info
+        if arg in ("graph", "entry"):
+            self.break_at.add(arg)
+            emit(Info(f"breakpoint at every {'graph call' if arg == 'graph' else 'entry into Dynamo-produced code'}"))
+            return
         if not arg:
             listing = [f"{i.title}: {', '.join(f'#{n}' for n in sorted(idx))}"
                        for code, idx in self.breakpoints.items() if idx for i in [self.infos[code]]]
             listing += [f"line {os.path.basename(f)}:{n}" for f, n in sorted(self.line_breaks)]
+            listing += [f"every {'graph call' if b == 'graph' else 'entry'}" for b in sorted(self.break_at)]
             emit(Info("breakpoints: " + ("; ".join(listing) or "none")))
             return
         if arg[0] in "#@":
@@ -143,6 +149,7 @@ class Commands:
         """clear, cl: remove every bytecode breakpoint."""
         self.breakpoints.clear()
         self.line_breaks.clear()
+        self.break_at.clear()
         emit(Info("cleared all bytecode breakpoints"))
 
     # -- looking ------------------------------------------------------------------------------
