@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import linecache
 import os
 import types
 from collections.abc import Callable, Iterator
@@ -63,7 +64,8 @@ class BytecodeStepper(Commands):
         self.failed: dict[types.CodeType, str] = {}
         self.breakpoints: dict[types.CodeType, set[int]] = {}
         self.line_breaks: set[tuple[str, int]] = set()
-        self.mode = "step"                       # step | next | continue
+        self.mode = "step"                       # step | next | continue | into (s at a graph call)
+        self.stopped_once = False
         self.step_count = 0
         self.next_from: tuple[types.FrameType, int | None, str] | None = None
         self.graph_call: _GraphCall | None = None
@@ -143,10 +145,6 @@ class BytecodeStepper(Commands):
                 return "next"
         return None
 
-    @property
-    def stopped_once(self) -> bool:
-        return getattr(self, "_stopped_once", False)
-
     def _is_graph_call(self, info: CodeInfo, row: Row) -> bool:
         return row.offset in info.graph_calls and row.opname != "PRECALL"
 
@@ -184,13 +182,11 @@ class BytecodeStepper(Commands):
         return "return-from-graph", "back from the compiled graph"
 
     def _stop(self, here: Here, reason: str, note: str = "") -> None:
-        self._stopped_once = True
+        self.stopped_once = True
         self.current = here
         self.list_start = None
         self.mode = "continue"
         info, row = here.info, here.row
-        import linecache
-
         text = linecache.getline(info.code.co_filename, row.line).strip() if row.line else ""
         emit(BytecodeStopped(reason=reason, code=info.code.co_name, title=info.title, kind=info.kind,
                              file=info.code.co_filename, line=row.line, source_text=text,

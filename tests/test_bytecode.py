@@ -198,3 +198,20 @@ def test_without_commands_or_terminal_it_says_so_and_does_not_stop(events, monke
     assert not bstops(events)
     assert any(isinstance(e, Info) and "will not stop" in e.message for e in events)
     assert story_out.shape == (4,)
+
+
+def test_dynstep_run_step_bytecode_with_scripted_commands():
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root, "NO_COLOR": "1", "COLUMNS": "160"}
+    env.pop("DYNSTEP_COMMANDS", None)
+    proc = subprocess.run([sys.executable, "-m", "dynstep", "run", "--step-bytecode", "--commands",
+                           "b graph; c; s; c; c", os.path.join(root, "examples", "bytecode_story.py")],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "entered Dynamo code · f (transformed by Dynamo)" in proc.stderr
+    assert "step · graph f[0/0] · node sin · torch.sin" in proc.stderr
+    assert "breakpoint · resume of f after line" in proc.stderr
+    assert "log ['before break', 4]" in proc.stdout
