@@ -256,8 +256,15 @@ def step_bytecode(*, commands: str | None = None, frontend: str | None = None,
         emit(Info("dynstep: stdin is not a terminal and no commands were given (commands=, DYNSTEP_COMMANDS); "
                   "step_bytecode() will not stop"))
     saved = (STEPPER.config, STEPPER.frontend, STEPPER.detached, STEPPER.mode)
-    STEPPER.config, STEPPER.frontend, STEPPER.detached = (frontend, commands, True), shared, shared is None
-    routing = _compat.wrap_dynamo_compiler(_through_superstep(frontend, commands)) if route \
+
+    def share() -> None:
+        # the runtime stepper answers node stops through the same front end (one command queue);
+        # its config key is what superstep's step=True options give, so compiling keeps it
+        STEPPER.config, STEPPER.frontend = (frontend, commands, True), shared
+        STEPPER.detached = shared is None or engine.detached
+
+    share()
+    routing = _compat.wrap_dynamo_compiler(_through_superstep(frontend, commands, share)) if route \
         else contextlib.nullcontext()
     try:
         with routing, installed(engine):
@@ -268,13 +275,21 @@ def step_bytecode(*, commands: str | None = None, frontend: str | None = None,
         STEPPER.config, STEPPER.frontend, STEPPER.detached, STEPPER.mode = saved
 
 
-def _through_superstep(frontend: str | None, commands: str | None) -> Callable[[Any], Any]:
+def _through_superstep(frontend: str | None, commands: str | None,
+                       share: Callable[[], None]) -> Callable[[Any], Any]:
     """compiler_fn -> a superstep backend with step points and compiler_fn as the inner compiler."""
 
     def wrap(compiler_fn: Any) -> Any:
         from .backends.superstep import superstep
 
-        backend = superstep(inner=compiler_fn, step=True, frontend=frontend, commands=commands)
+        stepping = superstep(inner=compiler_fn, step=True, frontend=frontend, commands=commands)
+
+        def backend(gm: Any, example_inputs: Any) -> Any:
+            try:
+                return stepping(gm, example_inputs)
+            finally:
+                share()   # a user backend that is itself superstep configured the stepper its own way
+
         backend.__name__ = f"superstep[{getattr(compiler_fn, '__name__', 'backend')}]"
         return backend
 
