@@ -215,3 +215,15 @@ def test_dynstep_run_step_bytecode_with_scripted_commands():
     assert "step · graph f[0/0] · node sin · torch.sin" in proc.stderr
     assert "breakpoint · resume of f after line" in proc.stderr
     assert "log ['before break', 4]" in proc.stdout
+
+
+def test_a_superstep_user_backend_keeps_the_shared_script(events):
+    # superstep with its own options configures the runtime stepper at compile time; the
+    # bytecode stepper's script must still answer the node stops (it used to detach here)
+    cf = torch.compile(story, backend=dynstep.superstep(inner="eager", pause=["op:sin"]))
+    with dynstep.step_bytecode(commands="b graph; c; s; p value.shape; c; c; c"):
+        cf(torch.ones(3), {}, [])
+    nodes = [e for e in events if isinstance(e, Stopped)]
+    assert nodes and nodes[0].site.node == "sin"
+    assert [e.text for e in events if isinstance(e, Evaluated)] == ["torch.Size([3])"]
+    assert not any(isinstance(e, Info) and "not stopping" in e.message for e in events)
