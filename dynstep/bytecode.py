@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _compat
-from .bytecode_code import CodeInfo, Row, analyse
+from .bytecode_code import CodeInfo, Row, analyse, resume_title
 from .bytecode_commands import Commands
 from .bytecode_events import BytecodeStopped
 from .bytecode_views import instruction_row
@@ -187,6 +187,7 @@ class BytecodeStepper(Commands):
         self.list_start = None
         self.mode = "continue"
         info, row = here.info, here.row
+        note = note or _resume_note(here)
         text = linecache.getline(info.code.co_filename, row.line).strip() if row.line else ""
         emit(BytecodeStopped(reason=reason, code=info.code.co_name, title=info.title, kind=info.kind,
                              file=info.code.co_filename, line=row.line, source_text=text,
@@ -217,6 +218,15 @@ class BytecodeStepper(Commands):
             return False
         self.breakpoints.setdefault(info.code, set()).add(row.index)
         return True
+
+
+def _resume_note(here: Here) -> str:
+    """At ``LOAD_GLOBAL __resume_at_164_3``: which part of the user's function that resume function is."""
+    name = here.row.argrepr.replace("NULL + ", "")
+    if here.row.opname != "LOAD_GLOBAL" or not name.startswith("__resume_at"):
+        return ""
+    fn = here.frame.f_globals.get(name)
+    return f"{name} is the {resume_title(name, getattr(fn, '__code__', None))}"
 
 
 _ACTIVE: BytecodeStepper | None = None

@@ -65,6 +65,8 @@ def test_stepping_visits_transformed_code_graph_call_replay_and_resume_in_order(
     assert [s for s in firsts if s in order] == order
     assert bstops(events)[0].reason == "entry"
     assert any(e.title == f"resume of story after line {BREAK_LINE}" for e in bstops(events))
+    loads = [e.note for e in bstops(events) if "LOAD_GLOBAL __resume_at" in e.row.text]
+    assert loads and loads[0].endswith(f"is the resume of story after line {BREAK_LINE}")
 
 
 def test_stack_shows_the_real_tensors(events):
