@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "StorageError",
     "Options", "Recording", "Session", "Snapshot", "Stats",
-    "breakpoint", "configure", "default_session", "load", "session", "superstep",
+    "breakpoint", "configure", "default_session", "load", "session", "step_bytecode", "superstep",
 ]
 
 _LAZY = {
@@ -31,12 +31,14 @@ _LAZY = {
     "Recording": "dynstep.storage", "load": "dynstep.storage",
     "superstep": "dynstep.backends.superstep",
     "breakpoint": "dynstep.breakpoints", "configure": "dynstep.bp_frontend",
+    "step_bytecode": "dynstep.bytecode",
 }
 
 if TYPE_CHECKING:
     from .backends.superstep import superstep
     from .bp_frontend import configure
     from .breakpoints import breakpoint
+    from .bytecode import step_bytecode
     from .errors import Abort, DynstepError, NonFiniteError, OptionsError, SelectorError, StorageError
     from .options import Options
     from .records import Snapshot, Stats

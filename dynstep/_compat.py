@@ -229,3 +229,77 @@ def symbolic_value(var: Any) -> Any:
     # torch/_dynamo/variables/tensor.py: SymNodeVariable.sym_num is the SymInt/SymFloat it tracks
     sym = getattr(realize(var), "sym_num", None)
     return sym
+# -- the bytecode stepper (dynstep/bytecode.py) ------------------------------------------------
+
+def set_dynamo_code_callback(fn: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    # torch/csrc/dynamo/eval_frame.c (exposed in torch/_C/_dynamo/eval_frame.pyi):
+    # set_bytecode_debugger_callback(fn) calls fn(code) before any Dynamo-generated code object
+    # runs, including ones compiled before it was set; torch/_dynamo/bytecode_debugger.py uses it.
+    # Returns the callback it replaced, so nesting restores it.
+    from torch._C._dynamo.eval_frame import get_bytecode_debugger_callback, set_bytecode_debugger_callback
+
+    previous = get_bytecode_debugger_callback()
+    set_bytecode_debugger_callback(fn)
+    return previous
+
+
+def frame_value_stack(frame: Any, depth: int) -> list[Any]:
+    # torch/csrc/dynamo/eval_frame.c: _get_frame_value_stack_with_depth(frame, depth) reads the
+    # frame's real value stack (bottom first); NULL slots come back as NULL_STACK_VALUE.
+    from torch._C._dynamo.eval_frame import NULL_STACK_VALUE, _get_frame_value_stack_with_depth
+
+    return ["<NULL>" if v is NULL_STACK_VALUE else v for v in _get_frame_value_stack_with_depth(frame, depth)]
+
+
+def original_code(code: Any) -> Any:
+    # torch/_dynamo/utils.py: orig_code_map (transformed code -> the user's code), filled by
+    # torch/_dynamo/convert_frame.py when it builds the transformed code.
+    from torch._dynamo.utils import orig_code_map
+
+    return orig_code_map.get(code)
+
+
+def cache_entries(code: Any) -> list[Any]:
+    # torch/_dynamo/eval_frame.py: _debug_get_cache_entry_list(code) -> [CacheEntry], newest
+    # first; each has .code (the transformed code) and .guard_manager (GuardManagerWrapper,
+    # torch/_dynamo/guards.py, with .code_parts and .check_verbose(f_locals)).
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return list(_debug_get_cache_entry_list(code))
+
+
+def recompile_reasons(code: Any) -> list[str]:
+    # torch/_dynamo/utils.py: guard_failures[original code] -> the failed-guard reasons Dynamo
+    # recorded at each recompile (torch/_dynamo/guards.py: get_guard_fail_reason).
+    from torch._dynamo.utils import guard_failures
+
+    return [str(r) for r in guard_failures.get(code, [])]
+
+
+def wrap_dynamo_compiler(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]):
+    # torch/_dynamo/output_graph.py: OutputGraph._call_user_compiler(gm, example_inputs) calls
+    # self.compiler_fn, the backend given to torch.compile; while the returned context manager
+    # is open every graph goes to wrap(compiler_fn) instead, also for functions decorated before.
+    import contextlib
+
+    from torch._dynamo.output_graph import OutputGraph
+
+    original = OutputGraph._call_user_compiler
+
+    def call_user_compiler(self: Any, gm: Any, example_inputs: Any) -> Any:
+        saved = self.compiler_fn
+        self.compiler_fn = wrap(saved)
+        try:
+            return original(self, gm, example_inputs)
+        finally:
+            self.compiler_fn = saved
+
+    @contextlib.contextmanager
+    def patched():
+        OutputGraph._call_user_compiler = call_user_compiler
+        try:
+            yield
+        finally:
+            OutputGraph._call_user_compiler = original
+
+    return patched()

@@ -4,6 +4,7 @@
     dynstep doctor                       what is installed, which kernels are registered, and why not
     dynstep run SCRIPT [ARGS]            run a script, every torch.compile through superstep
     dynstep run -m MODULE [ARGS]         ... --pause SEL --probe SEL --commands "p value; c" --frontend pdb
+    dynstep run --step-bytecode SCRIPT   step through the bytecode Dynamo wrote, and into its graphs
 
 Each verb is a function `cmd_<verb>(args) -> (ok, message)`; only `main()` prints the message
 and exits, so the verbs can be tested in-process and through a subprocess alike.
@@ -59,7 +60,8 @@ def cmd_run(args: argparse.Namespace) -> Result:
             overrides[name] = getattr(args, name)
     if args.step:
         overrides["step"] = True
-    code = run(target, script_args, overrides, module=args.module is not None)
+    code = run(target, script_args, overrides, module=args.module is not None,
+               step_bytecode=args.step_bytecode)
     return code == 0, "", code
 
 
@@ -80,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
     run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
     run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
+    run.add_argument("--step-bytecode", action="store_true",
+                     help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
     run.add_argument("script", nargs="?", help="the script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return parser

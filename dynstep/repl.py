@@ -116,7 +116,10 @@ def render(event: object, console: Console | None = None) -> None:
     elif isinstance(event, CompileViewShown):
         _compile_view(c, event.view)
     else:
-        c.print(repr(event))
+        from .bytecode_repl import render as render_bytecode   # the bytecode stepper's events
+
+        if not render_bytecode(event, c):
+            c.print(repr(event))
 
 
 def _stopped(c: Console, e: Stopped) -> None:

@@ -99,9 +99,26 @@ def _interrupt_steps() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, module: bool = False) -> int:
+@contextlib.contextmanager
+def _bytecode_stepping(enabled: bool, overrides: Mapping[str, Any]) -> Iterator[None]:
+    """``--step-bytecode``: the whole run inside dynstep.step_bytecode(); routed_compile already
+    sends every graph through superstep, with step points (``step`` is in the overrides)."""
+    if not enabled:
+        yield
+        return
+    from .bytecode import step_bytecode
+
+    with step_bytecode(commands=overrides.get("commands"), frontend=overrides.get("frontend"), route=False):
+        yield
+
+
+def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, module: bool = False,
+        step_bytecode: bool = False) -> int:
     """Run a script (or ``-m`` module) as ``__main__``; returns its exit code."""
     from .stepper import STEPPER
+
+    if step_bytecode:
+        overrides = {**overrides, "step": True}
 
     STEPPER.reset()
     if module:
@@ -112,7 +129,8 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
             return 2
         argv, path0 = [target, *args], os.path.dirname(os.path.abspath(target))
     try:
-        with _argv(argv, path0), routed_compile(overrides), _interrupt_steps():
+        with _argv(argv, path0), routed_compile(overrides), _interrupt_steps(), \
+                _bytecode_stepping(step_bytecode, overrides):
             if module:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
             else:

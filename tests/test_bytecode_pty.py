@@ -1,0 +1,64 @@
+"""The bytecode stepper's terminal REPL through a real pseudo-terminal:
+`dynstep run --step-bytecode examples/bytecode_story.py`, typed commands, the screen read back."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+
+pexpect = pytest.importorskip("pexpect")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROMPT = re.escape("(dynstep) ")
+
+
+def spawn():
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "TERM": "dumb",
+           "NO_COLOR": "1", "COLUMNS": "160", "HOME": os.environ.get("TMPDIR", "/tmp"),
+           "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/tmp/dynstep-inductor-cache")}
+    env.pop("DYNSTEP_COMMANDS", None)
+    args = ["-m", "dynstep", "run", "--step-bytecode", os.path.join(ROOT, "examples", "bytecode_story.py")]
+    return pexpect.spawn(sys.executable, args, cwd=ROOT, env=env, encoding="utf-8", timeout=120,
+                         dimensions=(50, 160))
+
+
+def test_repl_steps_bytecode_into_the_graph_and_back():
+    child = spawn()
+    child.expect(r"entered Dynamo code · f \(transformed by Dynamo\) · #\d+ .*graph call")
+    child.expect(PROMPT)
+    child.sendline("l")
+    child.expect(r"→\s+#\d+\s+\[\s*\d+\] LOAD_GLOBAL NULL \+ __compiled_fn")
+    child.expect(PROMPT)
+    child.sendline("b graph")
+    child.expect("breakpoint at every graph call")
+    child.expect(PROMPT)
+    child.sendline("c")
+    child.expect(r"breakpoint · f \(transformed by Dynamo\) · #\d+ \[\s*\d+\] CALL 1 · graph call")
+    child.expect("s steps into its first node")
+    child.expect(PROMPT)
+    child.sendline("stack")
+    child.expect(re.escape("= tensor([-1.0000, -0.3333,  0.3333,  1.0000])"))
+    child.expect(PROMPT)
+    child.sendline("s")
+    child.expect(r"step · graph f\[0/0\] · node sin · torch\.sin")
+    child.expect(PROMPT)
+    child.sendline("p value.shape")
+    child.expect(re.escape("value.shape = torch.Size([4])"))
+    child.expect(PROMPT)
+    for _ in range(3):
+        child.sendline("s")
+        child.expect(PROMPT)
+    child.sendline("bt")
+    child.expect(r"f \(transformed by Dynamo\)\s+bytecode_story\.py:\d+")
+    child.expect(PROMPT)
+    child.sendline("c")
+    child.expect(r"breakpoint · resume of f after line \d+ .* graph call")
+    child.expect(PROMPT)
+    child.sendline("q")
+    child.expect("program stopped from the debugger")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
