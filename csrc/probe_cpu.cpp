@@ -187,13 +187,19 @@ void check_against_expected(const at::Tensor& x, SiteState& s, int64_t call) {
                              [&] { compare<scalar_t>(x, s, call); });
 }
 
-py::tuple stats_tuple(const Stats& st) {
+py::tuple stats_tuple(const Stats& st) {  // needs the GIL
   return py::make_tuple(st.min, st.max, st.mean, st.std, st.absmax, st.nan, st.inf, st.count);
 }
 
-void call_python(py::object* fn, py::tuple args) {
+template <typename T>
+py::object to_py(T&& v) { return py::cast(std::forward<T>(v)); }
+py::object to_py(Stats& st) { return stats_tuple(st); }
+
+// The kernel runs without the GIL (torch.ops releases it): take it before touching any object.
+template <typename... Args>
+void call_python(py::object* fn, Args&&... args) {
   py::gil_scoped_acquire gil;
-  (*fn)(*args);
+  (*fn)(to_py(std::forward<Args>(args))...);
 }
 
 void probe_cpu(const at::Tensor& x, int64_t site) {
@@ -201,7 +207,7 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
   const bool strided = x.layout() == at::kStrided && !x.is_quantized();
   if (!sp || !strided || !native_dtype(x.scalar_type())) {
     TORCH_CHECK(g_fallback, "dynstep native probe: Python fallback not installed");
-    call_python(g_fallback, py::make_tuple(x, site));
+    call_python(g_fallback, x, site);
     return;
   }
   SiteState& s = *sp;
@@ -262,7 +268,7 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
           std::to_string(st.inf) + " Inf";
     }
   }
-  if (python_hit) call_python(g_on_hit, py::make_tuple(x, site, call, stats_tuple(st)));
+  if (python_hit) call_python(g_on_hit, x, site, call, st);
 }
 
 // ---- the pybind11 surface (dynstep/_native_ext.pyi) ----------------------------------------

@@ -20,6 +20,8 @@ __all__ = [
     "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "StorageError",
     "Options", "Recording", "Session", "Snapshot", "Stats",
     "default_session", "load", "session", "superstep",
+    "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "CheckFailed", "drain_records",
+    "CudaGraphTensorProbe", "TensorPrint", "TensorRecord", "TensorCompare",
 ]
 
 _LAZY = {
@@ -30,6 +32,10 @@ _LAZY = {
     "Snapshot": "dynstep.records", "Stats": "dynstep.records",
     "Recording": "dynstep.storage", "load": "dynstep.storage",
     "superstep": "dynstep.backends.superstep",
+    "CheckFailed": "dynstep.errors",
+    **{name: "dynstep.probe_api" for name in (
+        "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "drain_records",
+        "CudaGraphTensorProbe", "TensorPrint", "TensorRecord", "TensorCompare")},
 }
 
 if TYPE_CHECKING:

@@ -43,5 +43,9 @@ class NonFiniteError(DynstepError, FloatingPointError):
         self.inf = inf
 
 
+class CheckFailed(DynstepError, AssertionError):
+    """A TensorProbe's CheckAction saw values that differ from the expected ones, or non-finite ones."""
+
+
 class Abort(DynstepError):
     """The user asked the debugger to stop the program (`quit` at a pause)."""

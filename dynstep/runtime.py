@@ -144,7 +144,10 @@ def _run_actions(x: torch.Tensor, site: Site, call: int, stats: Stats | None) ->
     if printing:
         from .events import ProbePrinted, emit
 
-        emit(ProbePrinted(snap))
+        values: tuple[float, ...] = ()
+        if hand is not None and hand.max_items > 0:
+            values = tuple(x.detach().reshape(-1)[:hand.max_items].double().cpu().tolist())
+        emit(ProbePrinted(snap, values))
 
 
 def snapshot_for(site: Site, call: int, shape: tuple[int, ...], dtype: str, device: str, stats: Stats,

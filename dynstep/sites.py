@@ -21,6 +21,7 @@ class HandConfig:
     """What a hand-placed probe (dynstep.probe_api.TensorProbe) adds to a site."""
 
     every: int = 1                   # print every n-th hit
+    max_items: int = 8               # values shown per print
     when: str = "always"             # "capture": act only while a CUDA stream is capturing
     non_contiguous: str = "copy"     # "error": a strided input raises ValueError
     expected: Any = None             # CPU tensor for the sticky compare (None: no compare)
