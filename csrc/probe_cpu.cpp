@@ -350,6 +350,20 @@ py::tuple stats_of(const at::Tensor& x) {
 }
 
 }  // namespace
+
+// Used by the CUDA glue (csrc/cuda/probe_cuda_op.cpp) for hits it hands to Python.
+void python_fallback(const at::Tensor& x, int64_t site) {
+  TORCH_CHECK(g_fallback, "dynstep native probe: Python fallback not installed");
+  call_python(g_fallback, x, site);
+}
+
+bool native_dtype_supported(at::ScalarType t) { return native_dtype(t); }
+
+#ifdef DYNSTEP_WITH_CUDA
+void release_cuda_site(int64_t site);  // csrc/cuda/probe_cuda_op.cpp
+int64_t cuda_replays(int64_t site);
+#endif
+
 }  // namespace dynstep
 
 TORCH_LIBRARY_IMPL(dynstep, CPU, m) { m.impl("probe", &dynstep::probe_cpu); }
@@ -363,7 +377,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("register_site", &register_site, py::arg("site"), py::arg("actions"), py::arg("capacity"),
         py::arg("every") = 1);
-  m.def("remove_site", [](int64_t site) { Registry::get().remove(site); });
+  m.def("remove_site", [](int64_t site) {
+#ifdef DYNSTEP_WITH_CUDA
+    release_cuda_site(site);
+#endif
+    Registry::get().remove(site);
+  });
+#ifdef DYNSTEP_WITH_CUDA
+  m.def("cuda_replays", &cuda_replays);
+  m.attr("WITH_CUDA") = true;
+#else
+  m.attr("WITH_CUDA") = false;
+#endif
   m.def("is_registered", [](int64_t site) { return Registry::get().find(site) != nullptr; });
   m.def("set_compare", &set_compare);
   m.def("site_state", &site_state);

@@ -29,7 +29,8 @@ log = logging.getLogger("dynstep")
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 SOURCES = ("probe_cpu.cpp",)
-HEADERS = ("probe_state.h",)
+CUDA_SOURCES = ("cuda/probe_cuda_op.cpp", "cuda/probe_cuda.cu")
+HEADERS = ("probe_state.h", "cuda/probe_cuda.h")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,9 +96,14 @@ def _build() -> tuple[ModuleType | None, NativeStatus]:
         log.warning("dynstep: building the native probe kernel into %s (once per torch version; "
                     "about a minute; DYNSTEP_NATIVE=0 skips it)", build)
     start = time.perf_counter()
+    sources, flags = list(SOURCES), ["-O3"]
+    if with_cuda():  # a CUDA kernel only against a CUDA-enabled torch
+        sources += CUDA_SOURCES
+        flags.append("-DDYNSTEP_WITH_CUDA")
     try:
-        module = cpp_extension.load(name="dynstep_native", sources=[str(CSRC / s) for s in SOURCES],
-                                    extra_include_paths=[str(CSRC)], extra_cflags=["-O3"],
+        module = cpp_extension.load(name="dynstep_native", sources=[str(CSRC / s) for s in sources],
+                                    extra_include_paths=[str(CSRC)], extra_cflags=flags,
+                                    extra_cuda_cflags=["-O3", "-DDYNSTEP_WITH_CUDA"],
                                     build_directory=str(build), verbose=False)
     except Exception as exc:  # no compiler, no ninja, bad headers: fall back, visibly
         reason = f"build failed ({type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ''})"
@@ -115,6 +121,25 @@ def _connect(module: ModuleType) -> None:
 
     module.set_callbacks(runtime.native_hit, runtime.on_probe)
     runtime.attach_native(module)
+
+
+def with_cuda() -> bool:
+    """Build the CUDA kernel too: torch has CUDA and a CUDA toolkit is found."""
+    import torch
+    from torch.utils import cpp_extension
+
+    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+
+
+def cuda_reason() -> str:
+    import torch
+    from torch.utils import cpp_extension
+
+    if torch.version.cuda is None:
+        return "torch is a CPU build (torch.version.cuda is None)"
+    if cpp_extension.CUDA_HOME is None:
+        return "no CUDA toolkit found (CUDA_HOME)"
+    return "built" if _module is not None and getattr(_module, "WITH_CUDA", False) else _status.reason
 
 
 def status() -> NativeStatus:
