@@ -22,6 +22,7 @@ __all__ = [
     "default_session", "load", "session", "superstep",
     "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "CheckFailed", "drain_records",
     "CudaGraphTensorProbe", "TensorPrint", "TensorRecord", "TensorCompare",
+    "set_record_memory_cap", "record_memory",
 ]
 
 _LAZY = {
@@ -33,6 +34,7 @@ _LAZY = {
     "Recording": "dynstep.storage", "load": "dynstep.storage",
     "superstep": "dynstep.backends.superstep",
     "CheckFailed": "dynstep.errors",
+    "set_record_memory_cap": "dynstep.runtime", "record_memory": "dynstep.runtime",
     **{name: "dynstep.probe_api" for name in (
         "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "drain_records",
         "CudaGraphTensorProbe", "TensorPrint", "TensorRecord", "TensorCompare")},

@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import logging
 import math
+import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -239,9 +240,51 @@ def attach_native(module: ModuleType) -> None:
     """Mirror every site (present and future) into the native registry."""
     global _native
     _native = module
+    module.set_memory_cap(_cap)
     for site in SITES.all():
         register_native(site)
     SITES.listen(register_native)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordMemory:
+    """Bytes of record copies held in native rings, and the cap (oldest copies dropped first)."""
+
+    held: int
+    cap: int
+    native: bool
+
+
+DEFAULT_RECORD_MEMORY_CAP = 1 << 30
+
+
+def set_record_memory_cap(nbytes: int) -> None:
+    """Cap the bytes all native record rings may hold together.
+
+    Policy when a new record would exceed it: the oldest record copies (lowest hit order, across
+    all probes) are dropped until it fits; a single copy larger than the cap is not kept (its
+    stats still are). Drops are counted in `Session.dropped` / `TensorProbe.state().dropped` and
+    `dropped_by_memory_cap`. Without the native kernel, records go straight to session rings,
+    which are bounded by each probe's ring capacity only.
+    """
+    if nbytes < 0:
+        raise ValueError(f"record memory cap must be >= 0 bytes, got {nbytes}")
+    global _cap
+    _cap = int(nbytes)
+    native = _native
+    if native is not None:
+        native.set_memory_cap(_cap)
+
+
+def record_memory() -> RecordMemory:
+    native = _native
+    if native is None:
+        return RecordMemory(0, _cap, False)
+    held, cap = native.memory()
+    return RecordMemory(int(held), int(cap), True)
+
+
+_cap = int(os.environ.get("DYNSTEP_RECORD_MEMORY", DEFAULT_RECORD_MEMORY_CAP))
 
 
 def action_bits(site: Site) -> int:
