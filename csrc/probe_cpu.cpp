@@ -96,6 +96,53 @@ template <> inline double as_double<int32_t>(int32_t v) { return static_cast<dou
 template <> inline double as_double<bool>(bool v) { return v ? 1.0 : 0.0; }
 
 constexpr int64_t kChunk = int64_t(1) << 16;
+constexpr int kLanes = 8;
+
+// The common case, all values finite, without branches: kLanes independent accumulators that the
+// compiler keeps in registers/vectors. Returns false at the first non-finite value; the caller
+// then redoes the chunk with Acc::add, which counts NaN/Inf.
+template <typename T>
+bool finite_chunk(const T* p, int64_t n, double shift, Acc& out) {
+  double s[kLanes] = {}, q[kLanes] = {}, am[kLanes] = {};
+  double mn[kLanes], mx[kLanes];
+  for (int l = 0; l < kLanes; ++l) { mn[l] = INFINITY; mx[l] = -INFINITY; }
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    double v[kLanes];
+    bool bad = false;
+    for (int l = 0; l < kLanes; ++l) {
+      v[l] = as_double(p[i + l]);
+      bad |= !(std::fabs(v[l]) <= std::numeric_limits<double>::max());
+    }
+    if (bad) return false;
+    for (int l = 0; l < kLanes; ++l) {
+      double d = v[l] - shift;
+      s[l] += d;
+      q[l] += d * d;
+      mn[l] = v[l] < mn[l] ? v[l] : mn[l];
+      mx[l] = v[l] > mx[l] ? v[l] : mx[l];
+      double a = std::fabs(v[l]);
+      am[l] = a > am[l] ? a : am[l];
+    }
+  }
+  Acc a;
+  a.shift = shift;
+  for (; i < n; ++i) {
+    double v = as_double(p[i]);
+    if (!std::isfinite(v)) return false;
+    a.add(v);
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    Acc lane;
+    lane.shift = shift;
+    lane.sum = s[l]; lane.sumsq = q[l]; lane.min = mn[l]; lane.max = mx[l]; lane.absmax = am[l];
+    lane.count = 0;
+    a.merge(lane);
+  }
+  a.count = n;
+  out = a;
+  return true;
+}
 
 // One pass: stats, and the copy into `dst` (contiguous) when `dst` is not null.
 template <typename T>
@@ -116,7 +163,11 @@ Stats stats_and_copy(const at::Tensor& x, uint8_t* dst) {
       if (dst) std::memcpy(dst + b * sizeof(T), src + b, (e - b) * sizeof(T));
       Acc a;
       a.shift = shift;
-      for (int64_t i = b; i < e; ++i) a.add(as_double(src[i]));
+      if (!finite_chunk(src + b, e - b, shift, a)) {
+        a = Acc();
+        a.shift = shift;
+        for (int64_t i = b; i < e; ++i) a.add(as_double(src[i]));
+      }
       out[chunks > 1 ? c : 0] = a;
     };
     if (chunks == 1) {
