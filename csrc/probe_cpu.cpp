@@ -19,12 +19,17 @@
 #include <cstdio>
 #include <sstream>
 
+#include "probe_kernels.h"
 #include "probe_state.h"
 
 namespace dynstep {
 namespace {
 
 namespace py = pybind11;
+using cpu::compare;
+using cpu::fmt_g;
+using cpu::py_tuple;
+using cpu::stats_and_copy;
 
 // Leaked on purpose: destroying a Python object after interpreter shutdown would crash.
 py::object* g_on_hit = nullptr;       // runtime.native_hit(x, site, call, stats)
@@ -47,178 +52,6 @@ const char* dtype_name(at::ScalarType t) {
 }
 
 bool native_dtype(at::ScalarType t) { return std::string(dtype_name(t)) != "unsupported"; }
-
-std::string py_tuple(at::IntArrayRef shape) {  // formats like Python's tuple repr
-  std::ostringstream os;
-  os << "(";
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  if (shape.size() == 1) os << ",";
-  os << ")";
-  return os.str();
-}
-
-std::string fmt_g(double v) {  // as Python's f"{v:.6g}"
-  if (std::isnan(v)) return "nan";
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
-}
-
-// Visit every element in logical (row-major) order, whatever the strides.
-template <typename T, typename F>
-void for_each(const at::Tensor& x, F&& f) {
-  const T* base = x.const_data_ptr<T>();
-  const int64_t nd = x.dim();
-  if (nd == 0) { f(base[0]); return; }
-  auto sizes = x.sizes();
-  auto strides = x.strides();
-  const int64_t inner = sizes[nd - 1], istride = strides[nd - 1];
-  const int64_t outer = x.numel() / inner;
-  c10::SmallVector<int64_t, 8> idx(static_cast<size_t>(nd), 0);
-  int64_t off = 0;
-  for (int64_t o = 0; o < outer; ++o) {
-    const T* p = base + off;
-    for (int64_t j = 0; j < inner; ++j) f(p[j * istride]);
-    for (int64_t d = nd - 2; d >= 0; --d) {
-      off += strides[d];
-      if (++idx[d] < sizes[d]) break;
-      off -= strides[d] * sizes[d];
-      idx[d] = 0;
-    }
-  }
-}
-
-template <typename T>
-inline double as_double(T v) { return static_cast<double>(static_cast<float>(v)); }
-template <> inline double as_double<double>(double v) { return v; }
-template <> inline double as_double<int64_t>(int64_t v) { return static_cast<double>(v); }
-template <> inline double as_double<int32_t>(int32_t v) { return static_cast<double>(v); }
-template <> inline double as_double<bool>(bool v) { return v ? 1.0 : 0.0; }
-
-constexpr int64_t kChunk = int64_t(1) << 16;
-constexpr int kLanes = 8;
-
-// The common case, all values finite, without branches: kLanes independent accumulators that the
-// compiler keeps in registers/vectors. Returns false at the first non-finite value; the caller
-// then redoes the chunk with Acc::add, which counts NaN/Inf.
-template <typename T>
-bool finite_chunk(const T* p, int64_t n, double shift, Acc& out) {
-  double s[kLanes] = {}, q[kLanes] = {}, am[kLanes] = {};
-  double mn[kLanes], mx[kLanes];
-  for (int l = 0; l < kLanes; ++l) { mn[l] = INFINITY; mx[l] = -INFINITY; }
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    double v[kLanes];
-    bool bad = false;
-    for (int l = 0; l < kLanes; ++l) {
-      v[l] = as_double(p[i + l]);
-      bad |= !(std::fabs(v[l]) <= std::numeric_limits<double>::max());
-    }
-    if (bad) return false;
-    for (int l = 0; l < kLanes; ++l) {
-      double d = v[l] - shift;
-      s[l] += d;
-      q[l] += d * d;
-      mn[l] = v[l] < mn[l] ? v[l] : mn[l];
-      mx[l] = v[l] > mx[l] ? v[l] : mx[l];
-      double a = std::fabs(v[l]);
-      am[l] = a > am[l] ? a : am[l];
-    }
-  }
-  Acc a;
-  a.shift = shift;
-  for (; i < n; ++i) {
-    double v = as_double(p[i]);
-    if (!std::isfinite(v)) return false;
-    a.add(v);
-  }
-  for (int l = 0; l < kLanes; ++l) {
-    Acc lane;
-    lane.shift = shift;
-    lane.sum = s[l]; lane.sumsq = q[l]; lane.min = mn[l]; lane.max = mx[l]; lane.absmax = am[l];
-    lane.count = 0;
-    a.merge(lane);
-  }
-  a.count = n;
-  out = a;
-  return true;
-}
-
-// One pass: stats, and the copy into `dst` (contiguous) when `dst` is not null.
-template <typename T>
-Stats stats_and_copy(const at::Tensor& x, uint8_t* dst) {
-  const int64_t n = x.numel();
-  double shift = 0.0;
-  Acc acc;
-  if (x.is_contiguous()) {
-    const T* src = x.const_data_ptr<T>();
-    double first = as_double(src[0]);
-    shift = std::isfinite(first) ? first : 0.0;
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    std::vector<Acc> parts;  // per-chunk partials merged in order: deterministic sums
-    Acc* out = &acc;
-    if (chunks > 1) { parts.resize(static_cast<size_t>(chunks)); out = parts.data(); }
-    auto body = [&](int64_t c) {
-      const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
-      if (dst) std::memcpy(dst + b * sizeof(T), src + b, (e - b) * sizeof(T));
-      Acc a;
-      a.shift = shift;
-      if (!finite_chunk(src + b, e - b, shift, a)) {
-        a = Acc();
-        a.shift = shift;
-        for (int64_t i = b; i < e; ++i) a.add(as_double(src[i]));
-      }
-      out[chunks > 1 ? c : 0] = a;
-    };
-    if (chunks == 1) {
-      body(0);
-    } else {
-      at::parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) { for (int64_t c = b; c < e; ++c) body(c); });
-      acc = parts[0];
-      for (int64_t c = 1; c < chunks; ++c) acc.merge(parts[static_cast<size_t>(c)]);
-    }
-    return acc.finish();
-  }
-  bool first = true;
-  T* out = reinterpret_cast<T*>(dst);
-  for_each<T>(x, [&](T v) {
-    double d = as_double(v);
-    if (first) { acc.shift = std::isfinite(d) ? d : 0.0; first = false; }
-    acc.add(d);
-    if (out) *out++ = v;
-  });
-  return acc.finish();
-}
-
-template <typename T>
-void compare(const at::Tensor& x, SiteState& s, int64_t call) {
-  const Compare& c = *s.compare;
-  const int64_t n = x.numel();
-  int64_t i = 0, bad = 0, first = -1;
-  double got = 0, want = 0, maxd = NAN;
-  for_each<T>(x, [&](T v) {
-    double a = as_double(v), e = c.expected[static_cast<size_t>(i)];
-    bool ok = a == e;
-    if (!ok && c.equal_nan) ok = std::isnan(a) && std::isnan(e);
-    if (!ok) {
-      double err = std::fabs(a - e);
-      ok = std::isfinite(err) && err <= c.atol + std::fabs(c.rtol * e);
-    }
-    if (!ok) {
-      if (first < 0) { first = i; got = a; want = e; }
-      ++bad;
-      double d = std::fabs(a - e);
-      if (!std::isnan(d) && (std::isnan(maxd) || d > maxd)) maxd = d;
-    }
-    ++i;
-  });
-  if (bad == 0) return;
-  s.compare_failed = true;
-  s.compare_message = "call " + std::to_string(call) + ": " + std::to_string(bad) + " of " +
-      std::to_string(n) + " values differ beyond rtol=" + fmt_g(c.rtol) + ", atol=" +
-      fmt_g(c.atol) + " (max abs diff " + fmt_g(maxd) + "; first at flat index " +
-      std::to_string(first) + ": got " + fmt_g(got) + ", expected " + fmt_g(want) + ")";
-}
 
 void check_against_expected(const at::Tensor& x, SiteState& s, int64_t call) {
   const Compare& c = *s.compare;
@@ -290,9 +123,17 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
         }
       }
     }
+    // A record-only hit is a plain copy; its stats are computed from the copy when Python
+    // drains the ring, off the model's path. Anything that decides at hit time needs them now.
+    const bool lazy = dst != nullptr && !python_hit && !(a & (kNan | kCompare | kNonFiniteFlag));
     if (x.numel() > 0) {
-      AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, x.scalar_type(), "dynstep_probe",
-                                 [&] { st = stats_and_copy<scalar_t>(x, dst); });
+      AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, x.scalar_type(), "dynstep_probe", [&] {
+        if (lazy) {
+          cpu::copy_only<scalar_t>(x, dst);
+        } else {
+          st = stats_and_copy<scalar_t>(x, dst);
+        }
+      });
     }
     if ((a & kNan) && (st.nan || st.inf)) python_hit = true;
     if (e) {
@@ -308,6 +149,7 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
         e->shape.assign(x.sizes().begin(), x.sizes().end());
         e->dtype = static_cast<int>(x.scalar_type());
         e->has_tensor = dst != nullptr || ((a & kRecord) && nbytes == 0);
+        e->stats_pending = lazy && x.numel() > 0;
         e->nbytes = dst ? nbytes : 0;
         if (dst) Registry::get().account(nbytes);
       }
@@ -373,6 +215,11 @@ py::tuple drain(int64_t only) {
       if (e.has_tensor) {
         at::Tensor copy = at::empty(e.shape, at::TensorOptions().dtype(static_cast<at::ScalarType>(e.dtype)));
         if (e.nbytes) std::memcpy(copy.mutable_data_ptr(), e.data.data(), static_cast<size_t>(e.nbytes));
+        if (e.stats_pending) {
+          AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, copy.scalar_type(), "dynstep_drain",
+                                     [&] { e.stats = stats_and_copy<scalar_t>(copy, nullptr); });
+          e.stats_pending = false;
+        }
         t = py::cast(copy);
         Registry::get().account(-e.nbytes);
         e.has_tensor = false;

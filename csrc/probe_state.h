@@ -94,6 +94,7 @@ struct Entry {
   int dtype = 0;          // c10::ScalarType as int (kept opaque here for the CUDA callback)
   int64_t nbytes = 0;     // bytes of the recorded copy, 0 for a stats-only entry
   bool has_tensor = false;
+  bool stats_pending = false;  // record-only hit: stats are computed from `data` when drained
   std::vector<uint8_t> data;
 };
 
@@ -186,6 +187,7 @@ class Registry {
   void release(Entry& e) {
     if (e.has_tensor) account(-e.nbytes);
     e.has_tensor = false;
+    e.stats_pending = false;
     e.nbytes = 0;
     std::vector<uint8_t>().swap(e.data);
   }
@@ -258,6 +260,7 @@ inline Entry& claim_slot(SiteState& s) {
   Entry& e = s.ring[static_cast<size_t>(s.head)];
   if (e.has_tensor) Registry::get().account(-e.nbytes);
   e.has_tensor = false;
+  e.stats_pending = false;
   e.nbytes = 0;
   s.head = (s.head + 1) % s.capacity;
   ++s.size;

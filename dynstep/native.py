@@ -30,7 +30,7 @@ log = logging.getLogger("dynstep")
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 SOURCES = ("probe_cpu.cpp",)
 CUDA_SOURCES = ("cuda/probe_cuda_op.cpp", "cuda/probe_cuda.cu")
-HEADERS = ("probe_state.h", "cuda/probe_cuda.h")
+HEADERS = ("probe_state.h", "probe_kernels.h", "cuda/probe_cuda.h")
 
 
 @dataclasses.dataclass(frozen=True)
