@@ -230,3 +230,19 @@ def test_kill_switch_keeps_python_kernel():
 def test_doctor_names_native_kernel():
     out = subprocess.run([sys.executable, "-m", "dynstep", "doctor"], capture_output=True, text=True).stdout
     assert "native: CPU" in out and "missing CUDA" in out
+
+
+def test_stub_matches_the_extension():
+    import ast
+    from pathlib import Path
+
+    from dynstep import native
+
+    stub = ast.parse((Path(dynstep.__file__).parent / "_native_ext.pyi").read_text())
+    names = {n.name for n in stub.body if isinstance(n, ast.FunctionDef)} | \
+        {t.id for n in stub.body if isinstance(n, ast.AnnAssign) for t in [n.target] if isinstance(t, ast.Name)}
+    module = native.get()
+    cuda_only = {"cuda_replays"}
+    public = {n for n in dir(module) if not n.startswith("_")}
+    assert public - names == set()
+    assert names - public <= cuda_only
