@@ -148,6 +148,7 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
         e->stats = st;
         e->shape.assign(x.sizes().begin(), x.sizes().end());
         e->dtype = static_cast<int>(x.scalar_type());
+        e->device = -1;
         e->has_tensor = dst != nullptr || ((a & kRecord) && nbytes == 0);
         e->stats_pending = lazy && x.numel() > 0;
         e->nbytes = dst ? nbytes : 0;
@@ -201,7 +202,7 @@ void reset_flags(int64_t site) {
 }
 
 // Entries of one site (or all with site < 0), oldest first, and the drop counts since the last
-// drain: ([(site, seq, call, thread, stats, shape, dtype, tensor|None)], {site: (ring, memory)}).
+// drain: ([(site, seq, call, thread, stats, shape, dtype, tensor|None, device)], {site: (ring, memory)}).
 py::tuple drain(int64_t only) {
   py::list out;
   py::dict dropped;
@@ -226,7 +227,8 @@ py::tuple drain(int64_t only) {
         e.nbytes = 0;
       }
       out.append(py::make_tuple(s.id, e.seq, e.call, e.thread, stats_tuple(e.stats), py::tuple(py::cast(e.shape)),
-                                dtype_name(static_cast<at::ScalarType>(e.dtype)), t));
+                                dtype_name(static_cast<at::ScalarType>(e.dtype)), t,
+                                e.device < 0 ? std::string("cpu") : "cuda:" + std::to_string(e.device)));
     }
     s.size = 0;
     if (s.dropped_ring || s.dropped_memory) {

@@ -92,6 +92,7 @@ struct Entry {
   Stats stats;
   std::vector<int64_t> shape;
   int dtype = 0;          // c10::ScalarType as int (kept opaque here for the CUDA callback)
+  int device = -1;        // -1: CPU; otherwise the CUDA device index the value lived on
   int64_t nbytes = 0;     // bytes of the recorded copy, 0 for a stats-only entry
   bool has_tensor = false;
   bool stats_pending = false;  // record-only hit: stats are computed from `data` when drained

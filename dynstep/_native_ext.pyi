@@ -13,8 +13,8 @@ WITH_CUDA: bool
 
 # (min, max, mean, std, absmax, nan, inf, count)
 StatsTuple = tuple[float, float, float, float, float, int, int, int]
-# (site, seq, call, thread ident, stats, shape, dtype name, CPU copy or None)
-Entry = tuple[int, int, int, int, StatsTuple, tuple[int, ...], str, torch.Tensor | None]
+# (site, seq, call, thread ident, stats, shape, dtype name, CPU copy or None, device of the value)
+Entry = tuple[int, int, int, int, StatsTuple, tuple[int, ...], str, torch.Tensor | None, str]
 
 def set_callbacks(on_hit: Callable[[torch.Tensor, int, int, StatsTuple], None],
                   fallback: Callable[[torch.Tensor, int], None]) -> None: ...

@@ -325,8 +325,8 @@ def drain_native(site_id: int | None = None) -> int:
     if native is None:
         return 0
     entries, dropped = native.drain(-1 if site_id is None else site_id)
-    for sid, seq, call, thread, numbers, shape, dtype, tensor in entries:
-        snap = snapshot_for(SITES.get(sid), call, tuple(shape), dtype, "cpu", Stats(*numbers), tensor, seq)
+    for sid, seq, call, thread, numbers, shape, dtype, tensor, device in entries:
+        snap = snapshot_for(SITES.get(sid), call, tuple(shape), dtype, device, Stats(*numbers), tensor, seq)
         _deliver(snap, thread)
     for sid, (ring, memory) in dropped.items():
         sink = _sinks.get(sid)

@@ -113,6 +113,7 @@ struct Payload {
   std::vector<int64_t> shape;
   int64_t numel = 0, nbytes = 0;
   int mode = kModeSummary;
+  int device = 0;                 // CUDA device the payload's buffers belong to
   int blocks = 1;
   DevAcc* d_partials = nullptr;   // device scratch: blocks partials + 1 final
   double* d_shift = nullptr;
@@ -182,6 +183,7 @@ static void CUDART_CB on_host(void* user) {
   e.stats = st;
   e.shape = p.shape;
   e.dtype = p.dtype;
+  e.device = p.device;
   e.has_tensor = false;
   if (copied && (s.actions & kRecord) && Registry::get().make_room(&s, p.nbytes)) {
     e.data.resize(static_cast<size_t>(p.nbytes));  // capacity reused after the first replay
@@ -233,6 +235,7 @@ cudaError_t prepare(std::shared_ptr<SiteState> site, int dtype, const int64_t* s
   p->mode = mode;
   long long want = (numel + kThreads - 1) / kThreads;
   p->blocks = static_cast<int>(want < 1 ? 1 : (want > 1024 ? 1024 : want));
+  if ((err = cudaGetDevice(&p->device)) != cudaSuccess) goto fail;
   if ((err = cudaMalloc(&p->d_partials, sizeof(DevAcc) * (p->blocks + 1))) != cudaSuccess) goto fail;
   if ((err = cudaMalloc(&p->d_shift, sizeof(double))) != cudaSuccess) goto fail;
   if ((err = cudaHostAlloc(reinterpret_cast<void**>(&p->h_stats), sizeof(HostStats), cudaHostAllocDefault)) != cudaSuccess)
