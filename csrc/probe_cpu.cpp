@@ -27,7 +27,6 @@ namespace {
 
 namespace py = pybind11;
 using cpu::compare;
-using cpu::fmt_g;
 using cpu::py_tuple;
 using cpu::stats_and_copy;
 
@@ -35,36 +34,15 @@ using cpu::stats_and_copy;
 py::object* g_on_hit = nullptr;       // runtime.native_hit(x, site, call, stats)
 py::object* g_fallback = nullptr;     // runtime.on_probe(x, site): the full Python kernel
 
-const char* dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kDouble: return "float64";
-    case at::kFloat: return "float32";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kLong: return "int64";
-    case at::kInt: return "int32";
-    case at::kShort: return "int16";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kBool: return "bool";
-    default: return "unsupported";
-  }
-}
+const char* dtype_name(at::ScalarType t) { return dynstep::dtype_name(static_cast<int>(t)); }
 
 bool native_dtype(at::ScalarType t) { return std::string(dtype_name(t)) != "unsupported"; }
 
 void check_against_expected(const at::Tensor& x, SiteState& s, int64_t call) {
-  const Compare& c = *s.compare;
-  if (x.sizes().vec() != c.shape) {
+  std::string header = header_mismatch(*s.compare, x.sizes().vec(), static_cast<int>(x.scalar_type()), call);
+  if (!header.empty()) {
     s.compare_failed = true;
-    s.compare_message = "call " + std::to_string(call) + ": shape " + py_tuple(x.sizes()) +
-        " does not match the expected shape " + py_tuple(c.shape);
-    return;
-  }
-  if (static_cast<int>(x.scalar_type()) != c.dtype) {
-    s.compare_failed = true;
-    s.compare_message = "call " + std::to_string(call) + ": dtype " + dtype_name(x.scalar_type()) +
-        " does not match the expected dtype " + dtype_name(static_cast<at::ScalarType>(c.dtype));
+    s.compare_message = std::move(header);
     return;
   }
   AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, x.scalar_type(), "dynstep_compare",

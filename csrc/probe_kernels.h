@@ -15,21 +15,7 @@
 namespace dynstep {
 namespace cpu {
 
-inline std::string py_tuple(at::IntArrayRef shape) {  // formats like Python's tuple repr
-  std::ostringstream os;
-  os << "(";
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  if (shape.size() == 1) os << ",";
-  os << ")";
-  return os.str();
-}
-
-inline std::string fmt_g(double v) {  // as Python's f"{v:.6g}"
-  if (std::isnan(v)) return "nan";
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
-}
+inline std::string py_tuple(at::IntArrayRef shape) { return dynstep::py_tuple(shape.vec()); }
 
 // Visit every element in logical (row-major) order, whatever the strides.
 template <typename T, typename F>
@@ -170,32 +156,12 @@ void copy_only(const at::Tensor& x, uint8_t* dst) {
 
 template <typename T>
 void compare(const at::Tensor& x, SiteState& s, int64_t call) {
-  const Compare& c = *s.compare;
-  const int64_t n = x.numel();
-  int64_t i = 0, bad = 0, first = -1;
-  double got = 0, want = 0, maxd = NAN;
-  for_each<T>(x, [&](T v) {
-    double a = as_double(v), e = c.expected[static_cast<size_t>(i)];
-    bool ok = a == e;
-    if (!ok && c.equal_nan) ok = std::isnan(a) && std::isnan(e);
-    if (!ok) {
-      double err = std::fabs(a - e);
-      ok = std::isfinite(err) && err <= c.atol + std::fabs(c.rtol * e);
-    }
-    if (!ok) {
-      if (first < 0) { first = i; got = a; want = e; }
-      ++bad;
-      double d = std::fabs(a - e);
-      if (!std::isnan(d) && (std::isnan(maxd) || d > maxd)) maxd = d;
-    }
-    ++i;
-  });
-  if (bad == 0) return;
+  CompareRun run;
+  for_each<T>(x, [&](T v) { run.step(as_double(v), *s.compare); });
+  std::string message = run.message(*s.compare, call);
+  if (message.empty()) return;
   s.compare_failed = true;
-  s.compare_message = "call " + std::to_string(call) + ": " + std::to_string(bad) + " of " +
-      std::to_string(n) + " values differ beyond rtol=" + fmt_g(c.rtol) + ", atol=" +
-      fmt_g(c.atol) + " (max abs diff " + fmt_g(maxd) + "; first at flat index " +
-      std::to_string(first) + ": got " + fmt_g(got) + ", expected " + fmt_g(want) + ")";
+  s.compare_message = std::move(message);
 }
 
 }  // namespace cpu

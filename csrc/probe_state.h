@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -85,6 +86,39 @@ struct Acc {
   }
 };
 
+// ---- formatting shared by the CPU kernel and the CUDA host callback (messages match Python's) ----
+
+inline std::string fmt_g(double v) {  // as Python's f"{v:.6g}"
+  if (std::isnan(v)) return "nan";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+inline std::string py_tuple(const std::vector<int64_t>& shape) {  // as Python's tuple repr
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) out += ",";
+  return out + ")";
+}
+
+// torch dtype names of the supported c10::ScalarType codes; "unsupported" for the rest.
+inline const char* dtype_name(int code) {
+  switch (code) {
+    case 0: return "uint8";
+    case 1: return "int8";
+    case 2: return "int16";
+    case 3: return "int32";
+    case 4: return "int64";
+    case 5: return "float16";
+    case 6: return "float32";
+    case 7: return "float64";
+    case 11: return "bool";
+    case 15: return "bfloat16";
+    default: return "unsupported";
+  }
+}
+
 // One ring slot. `data` keeps its capacity between hits: no allocation after warm-up.
 struct Entry {
   int64_t seq = 0, call = 0;
@@ -106,6 +140,49 @@ struct Compare {
   double rtol = 1e-5, atol = 1e-8;
   bool equal_nan = false;
 };
+
+// Element-wise compare with torch.isclose's rules, fed one (actual, expected) pair at a time.
+struct CompareRun {
+  int64_t i = 0, bad = 0, first = -1;
+  double got = 0, want = 0, maxd = NAN;
+
+  void step(double a, const Compare& c) {
+    double e = c.expected[static_cast<size_t>(i)];
+    bool ok = a == e;
+    if (!ok && c.equal_nan) ok = std::isnan(a) && std::isnan(e);
+    if (!ok) {
+      double err = std::fabs(a - e);
+      ok = std::isfinite(err) && err <= c.atol + std::fabs(c.rtol * e);
+    }
+    if (!ok) {
+      if (first < 0) { first = i; got = a; want = e; }
+      ++bad;
+      double d = std::fabs(a - e);
+      if (!std::isnan(d) && (std::isnan(maxd) || d > maxd)) maxd = d;
+    }
+    ++i;
+  }
+
+  // "" when every value matched, else the message Python's runtime.compare_message gives.
+  std::string message(const Compare& c, int64_t call) const {
+    if (bad == 0) return "";
+    return "call " + std::to_string(call) + ": " + std::to_string(bad) + " of " + std::to_string(i) +
+        " values differ beyond rtol=" + fmt_g(c.rtol) + ", atol=" + fmt_g(c.atol) + " (max abs diff " +
+        fmt_g(maxd) + "; first at flat index " + std::to_string(first) + ": got " + fmt_g(got) +
+        ", expected " + fmt_g(want) + ")";
+  }
+};
+
+// Shape and dtype must match before values are compared; "" when they do.
+inline std::string header_mismatch(const Compare& c, const std::vector<int64_t>& shape, int dtype, int64_t call) {
+  if (shape != c.shape)
+    return "call " + std::to_string(call) + ": shape " + py_tuple(shape) + " does not match the expected shape " +
+        py_tuple(c.shape);
+  if (dtype != c.dtype)
+    return "call " + std::to_string(call) + ": dtype " + dtype_name(dtype) + " does not match the expected dtype " +
+        dtype_name(c.dtype);
+  return "";
+}
 
 struct SiteState {
   int64_t id = 0;

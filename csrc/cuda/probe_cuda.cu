@@ -165,6 +165,41 @@ static Stats host_stats(const Payload& p) {
   }
 }
 
+template <typename T>
+static void host_compare_typed(const Payload& p, SiteState& s, int64_t call) {
+  const T* v = static_cast<const T*>(p.h_copy);
+  CompareRun run;
+  for (int64_t i = 0; i < p.numel; ++i) run.step(host_double(v[i]), *s.compare);
+  std::string message = run.message(*s.compare, call);
+  if (!message.empty()) {
+    s.compare_failed = true;
+    s.compare_message = std::move(message);
+  }
+}
+
+// Sticky compare of the host copy against the expected values (caller holds s.mu).
+static void host_compare(const Payload& p, SiteState& s, int64_t call) {
+  std::string header = header_mismatch(*s.compare, p.shape, p.dtype, call);
+  if (!header.empty()) {
+    s.compare_failed = true;
+    s.compare_message = std::move(header);
+    return;
+  }
+  switch (p.dtype) {
+    case kDouble: return host_compare_typed<double>(p, s, call);
+    case kFloat: return host_compare_typed<float>(p, s, call);
+    case kHalf: return host_compare_typed<__half>(p, s, call);
+    case kBFloat16: return host_compare_typed<__nv_bfloat16>(p, s, call);
+    case kLong: return host_compare_typed<long long>(p, s, call);
+    case kInt: return host_compare_typed<int>(p, s, call);
+    case kShort: return host_compare_typed<short>(p, s, call);
+    case kChar: return host_compare_typed<signed char>(p, s, call);
+    case kByte: return host_compare_typed<unsigned char>(p, s, call);
+    case kBool: return host_compare_typed<bool>(p, s, call);
+    default: return;
+  }
+}
+
 // The host callback: native action on the host copy. No CUDA API, no Python.
 static void CUDART_CB on_host(void* user) {
   Payload& p = *static_cast<Payload*>(user);
@@ -174,7 +209,13 @@ static void CUDART_CB on_host(void* user) {
   const bool copied = p.mode != kModeSummary;
   Stats st = p.mode == kModeFullCopy ? host_stats(p) : (p.numel ? finish(*p.h_stats) : Stats{});
   std::lock_guard<std::mutex> g(s.mu);
-  if ((st.nan || st.inf) && (s.actions & kNonFiniteFlag)) s.nonfinite_seen = true;
+  if ((s.actions & kCompare) && s.compare && !s.compare_failed && copied) host_compare(p, s, call);
+  if ((st.nan || st.inf) && (s.actions & kNonFiniteFlag) && !s.nonfinite_seen) {
+    s.nonfinite_seen = true;
+    if (s.compare_message.empty())
+      s.compare_message = "call " + std::to_string(call) + ": " + std::to_string(st.nan) + " NaN, " +
+          std::to_string(st.inf) + " Inf";
+  }
   if (!(s.actions & (kSummary | kRecord))) return;
   Entry& e = claim_slot(s);
   e.seq = Registry::get().next_seq();

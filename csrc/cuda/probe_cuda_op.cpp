@@ -61,20 +61,21 @@ void probe_cuda(const at::Tensor& x_in, int64_t site) {
     python_fallback(x_in, site);  // eager: the Python kernel does print/nan/compare exactly
     return;
   }
-  if (a & (kPrint | kNan | kPythonHit | kCompare)) {
-    TORCH_WARN_ONCE("dynstep: probe site ", site, ": print, nan, compare and pause actions do not run at CUDA "
-                    "graph replay (host callbacks never enter Python); record, summary and the "
-                    "non-finite flag do");
+  if (a & (kPrint | kNan | kPythonHit)) {
+    TORCH_WARN_ONCE("dynstep: probe site ", site, ": print, nan and pause actions do not run at CUDA "
+                    "graph replay (host callbacks never enter Python); record, summary, compare and "
+                    "the non-finite flag do");
   }
   TORCH_CHECK_VALUE(!(a & kRejectNonContig) || x_in.is_contiguous(), "dynstep probe: input of shape ",
                     x_in.sizes(), " is not contiguous; pass non_contiguous=\"copy\"");
   // non_contiguous="copy": under capture this copy lives in the graph's memory pool.
   at::Tensor x = x_in.contiguous();
-  if (!(a & (kSummary | kRecord | kNonFiniteFlag))) {
+  if (!(a & (kSummary | kRecord | kNonFiniteFlag | kCompare))) {
     s.calls.fetch_add(1);
     return;
   }
-  const int mode = (a & kRecord) ? cuda::kModeRecord : cuda::kModeSummary;
+  // compare needs the values on the host: it rides on the record copy
+  const int mode = (a & (kRecord | kCompare)) ? cuda::kModeRecord : cuda::kModeSummary;
   cuda::Payload* p = payload_for(sp, x, mode, capturing ? capture_id : 0);
   C10_CUDA_CHECK(cuda::enqueue(p, x.const_data_ptr(), stream));
 }

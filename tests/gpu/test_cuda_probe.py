@@ -115,6 +115,26 @@ def test_hand_placed_probe_eager_always_and_check():
         assert torch.equal(p.records()[0].tensor, torch.full((3,), 2.0))
 
 
+def test_compare_runs_at_replay_with_cpu_message():
+    expected = torch.full((4,), 3.0)
+    p = TensorProbe("cmp", [CheckAction(expected, rtol=0, atol=0.5)])
+    static_x = torch.ones(4, device="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        p(static_x + 2)
+    g.replay()
+    torch.cuda.synchronize()
+    p.assert_ok()
+    static_x[1] = 5.0
+    g.replay()
+    torch.cuda.synchronize()
+    with pytest.raises(dynstep.CheckFailed) as info:
+        p.assert_ok()
+    assert str(info.value) == ("TensorProbe 'cmp': call 1: 1 of 4 values differ beyond rtol=0, atol=0.5 "
+                               "(max abs diff 4; first at flat index 1: got 7, expected 3)")
+    p.close()
+
+
 def test_finite_check_under_capture_is_sticky():
     p = TensorProbe("fin", [CheckAction()])
     static_x = torch.ones(8, device="cuda")
