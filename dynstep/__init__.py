@@ -20,6 +20,9 @@ __all__ = [
     "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "StorageError",
     "Options", "Recording", "Session", "Snapshot", "Stats",
     "breakpoint", "configure", "default_session", "load", "session", "step_bytecode", "superstep",
+    "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "CheckFailed", "drain_records",
+    "CudaGraphTensorProbe", "TensorPrint", "TensorRecord", "TensorCompare",
+    "set_record_memory_cap", "record_memory",
 ]
 
 _LAZY = {
@@ -32,6 +35,11 @@ _LAZY = {
     "superstep": "dynstep.backends.superstep",
     "breakpoint": "dynstep.breakpoints", "configure": "dynstep.bp_frontend",
     "step_bytecode": "dynstep.bytecode",
+    "CheckFailed": "dynstep.errors",
+    "set_record_memory_cap": "dynstep.runtime", "record_memory": "dynstep.runtime",
+    **{name: "dynstep.probe_api" for name in (
+        "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "drain_records",
+        "CudaGraphTensorProbe", "TensorPrint", "TensorRecord", "TensorCompare")},
 }
 
 if TYPE_CHECKING:

@@ -49,6 +49,9 @@ def default_sink(event: object) -> None:
         label = "grad " if s.kind == "grad" else ""
         _err.print(f"[bold cyan]dynstep[/] {label}{s.node} [dim]{s.target}[/] {where}[dim]{s.source}[/] "
                    f"#{s.call}  {tensor_line(s)}", markup=True)
+        if event.values:
+            more = " ..." if len(event.values) < max(s.stats.count + s.stats.nan + s.stats.inf, 0) else ""
+            _err.print("    [" + ", ".join(f"{v:.6g}" for v in event.values) + more + "]", markup=False)
     elif isinstance(event, Warning_):
         _err.print(f"[yellow]dynstep:[/] {event.message}")
     else:

@@ -24,11 +24,29 @@ def report() -> tuple[list[str], bool]:
     registered = "superstep" in names
     ok &= registered
     lines.append(f"backend 'superstep' registered through torch_dynamo_backends: {registered}")
+    from . import native as native_mod
+
+    st = native_mod.status()
+    lines.append(f"native extension: {'loaded' if st.loaded else 'not loaded'} ({st.reason})")
     lines.append("kernels (dispatch keys with a kernel):")
     for name, keys in ops.registered_kernels().items():
         native = [k for k in keys if k in ("CPU", "CUDA")]
-        why = "native: " + ",".join(native) if native else "Python kernel only (native kernels not built)"
+        if name != "probe":
+            why = "Python kernel (no native kernel is planned for this op)"
+        else:
+            missing = []
+            if "CPU" not in keys:
+                missing.append(f"CPU: {st.reason}")
+            if "CUDA" not in keys:
+                missing.append(f"CUDA: {native_mod.cuda_reason()}")
+            why = ("native: " + ",".join(native) if native else "Python kernel only") + \
+                ("; missing " + "; ".join(missing) if missing else "")
         lines.append(f"  dynstep::{name:<12} {', '.join(keys):<40} {why}")
+    mod = native_mod.get()
+    if mod is not None:
+        held, cap = mod.memory()
+        lines.append(f"record memory: {held} bytes held in native rings, cap {cap} bytes "
+                     "(dynstep.set_record_memory_cap; oldest records dropped first)")
     lines.append(f"compilers: g++ {'found' if shutil.which('g++') else 'missing'}, "
                  f"nvcc {'found' if shutil.which('nvcc') else 'missing'}")
     lines.append(f"executable: {sys.executable}")

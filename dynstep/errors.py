@@ -43,6 +43,10 @@ class NonFiniteError(DynstepError, FloatingPointError):
         self.inf = inf
 
 
+class CheckFailed(DynstepError, AssertionError):
+    """A TensorProbe's CheckAction saw values that differ from the expected ones, or non-finite ones."""
+
+
 class Abort(BaseException):
     """The user asked the debugger to stop the program (`quit` at a stop).
 

@@ -26,6 +26,7 @@ class ProbePrinted:
     """A probe with the `print` action fired."""
 
     snapshot: Snapshot
+    values: tuple[float, ...] = ()  # the first values, for hand-placed probes (PrintAction.max_items)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -120,6 +120,17 @@ pause = torch.ops.dynstep.pause.default
 grad_tap_bw = torch.ops.dynstep.grad_tap_bw.default
 
 
+def _load_native() -> None:
+    # Registers the CPU kernel (csrc/probe_cpu.cpp) over the Python one when it builds; the
+    # outcome is in dynstep.native.status() and `dynstep doctor`.
+    from . import native
+
+    native.load()
+
+
+_load_native()
+
+
 def registered_kernels() -> dict[str, list[str]]:
     """Which dispatch keys have a kernel for each dynstep op (for `dynstep doctor`)."""
     keys = ["CPU", "CUDA", "CompositeExplicitAutograd", "Meta"]

@@ -64,6 +64,14 @@ class Snapshot:
     seq: int = 0         # global order of hits in this process
     source_text: str = ""
 
+    @property
+    def probe_name(self) -> str:  # torch-cudagraph-debug's TensorSnapshot name
+        return self.probe
+
+    @property
+    def replay_index(self) -> int:  # torch-cudagraph-debug's TensorSnapshot name
+        return self.call
+
     def meta(self) -> dict[str, Any]:
         """Everything but the tensor, JSON-ready."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "tensor"}

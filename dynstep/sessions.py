@@ -17,6 +17,9 @@ Scoping, defined and tested:
 - Each probe keeps a ring per session: ``record`` entries for probes with the record action
   (tensor copies), ``summaries`` entries for stats-only hits. What a ring drops is counted in
   `s.dropped`.
+- With the native kernel, hits wait in native rings and are collected when a session is read,
+  opened or closed; each is routed by the thread it happened in (the sessions that thread had
+  open), which matches the contextvars rule for plain threads.
 - ``session(path=...)`` also streams every hit to a recording directory as it happens, so a run
   that crashes still leaves a loadable file.
 """
@@ -37,6 +40,13 @@ _active: contextvars.ContextVar[tuple["Session", ...]] = contextvars.ContextVar(
                                                                                  default=())
 _open_lock = threading.Lock()
 _open: list["Session"] = []
+_by_thread: dict[int, tuple["Session", ...]] = {}
+
+
+def _drain() -> None:
+    from .runtime import drain_native
+
+    drain_native()
 
 
 class Session:
@@ -48,6 +58,7 @@ class Session:
         self._lock = threading.Lock()
         self._rings: dict[int, collections.deque[Snapshot]] = {}
         self.dropped: collections.Counter[str] = collections.Counter()
+        self.dropped_by_memory_cap = 0  # of those, dropped to keep under the record memory cap
         self._writer = None
         if path is not None:
             from .storage import Writer
@@ -82,6 +93,7 @@ class Session:
 
     # -- reading ----------------------------------------------------------------------------
     def all(self) -> list[Snapshot]:
+        _drain()
         with self._lock:
             snaps = [s for ring in self._rings.values() for s in ring]
         return sorted(snaps, key=lambda s: s.seq)
@@ -91,6 +103,7 @@ class Session:
         return filter_records(self.all(), selector, kind)
 
     def __len__(self) -> int:
+        _drain()
         with self._lock:
             return sum(len(r) for r in self._rings.values())
 
@@ -100,24 +113,29 @@ class Session:
         return save(self.all(), Path(path))
 
     def clear(self) -> None:
+        _drain()
         with self._lock:
             self._rings.clear()
             self.dropped.clear()
 
     # -- scope ------------------------------------------------------------------------------
     def __enter__(self) -> "Session":
+        _drain()  # hits before this point belong to the scope that was open then
         self._token = _active.set(_active.get() + (self,))
         with _open_lock:
             _open.append(self)
+            _by_thread[threading.get_ident()] = _active.get()
         return self
 
     def __exit__(self, *exc) -> None:
+        _drain()
         if self._token is not None:
             _active.reset(self._token)
             self._token = None
         with _open_lock:
             if self in _open:
                 _open.remove(self)
+            _by_thread[threading.get_ident()] = _active.get()
         if self._writer is not None:
             self._writer.close()
 
@@ -166,14 +184,32 @@ def default_session() -> Session:
     return _default
 
 
-def deliver(snap: Snapshot) -> None:
-    targets = _active.get()
+def deliver(snap: Snapshot, *, thread: int | None = None) -> None:
+    """Give a hit to the sessions in scope: the current context, or those `thread` had open."""
+    if thread is None or thread == threading.get_ident():
+        targets = _active.get()
+    else:
+        with _open_lock:
+            targets = tuple(s for s in _by_thread.get(thread, ()) if s in _open)
     if not targets:
         with _open_lock:
             wide = [s for s in _open if s.all_threads]
             targets = tuple(wide) if wide else ((_open[-1],) if _open else (_default,))
     for s in targets:
         s.add(snap)
+
+
+def count_dropped(probe: str, ring: int, memory: int) -> None:
+    """Hits native rings dropped before they were collected (ring overflow or memory cap)."""
+    targets = _active.get()
+    if not targets:
+        with _open_lock:
+            targets = tuple(_open) or (_default,)
+    for s in targets:
+        with s._lock:
+            s.dropped[probe] += ring + memory
+            if memory:
+                s.dropped_by_memory_cap += memory
 
 
 def session(**kwargs) -> Session:

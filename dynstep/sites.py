@@ -12,6 +12,23 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+from collections.abc import Callable
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class HandConfig:
+    """What a hand-placed probe (dynstep.probe_api.TensorProbe) adds to a site."""
+
+    every: int = 1                   # print every n-th hit
+    max_items: int = 8               # values shown per print
+    when: str = "always"             # "capture": act only while a CUDA stream is capturing
+    non_contiguous: str = "copy"     # "error": a strided input raises ValueError
+    expected: Any = None             # CPU tensor for the sticky compare (None: no compare)
+    rtol: float = 1e-5
+    atol: float = 1e-8
+    equal_nan: bool = False
+    check_finite: bool = False       # sticky non-finite flag (CheckAction without expected)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +48,7 @@ class Site:
     inputs: tuple[str, ...] = ()  # FX names of the node's tensor inputs (pause sites)
     user_name: str = ""         # the user's variable the node's value is assigned to, if known
     frames: tuple[str, ...] = ()  # "path:line" of every user frame, outermost first
+    hand: HandConfig | None = None   # set for hand-placed probes only
 
 
 class SiteRegistry:
@@ -38,12 +56,20 @@ class SiteRegistry:
         self._lock = threading.Lock()
         self._sites: dict[int, Site] = {}
         self._ids = itertools.count(1)
+        self._listeners: list[Callable[[Site], None]] = []
 
     def add(self, **fields) -> Site:
         with self._lock:
             site = Site(id=next(self._ids), **fields)
             self._sites[site.id] = site
+            listeners = list(self._listeners)
+        for listener in listeners:  # the native registry mirrors every site (dynstep/runtime.py)
+            listener(site)
         return site
+
+    def listen(self, listener: Callable[[Site], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
 
     def get(self, site_id: int) -> Site:
         try:

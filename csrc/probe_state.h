@@ -1,0 +1,348 @@
+// Per-site native state shared by the CPU kernel and the CUDA host callback: the action mask,
+// a preallocated record ring, the sticky compare and non-finite flags, and the one-pass stats.
+//
+// Nothing in this header touches Python or the CUDA runtime, so a CUDA host callback may call
+// `Registry::record_host` on a pinned host copy (host callbacks must not call CUDA or Python).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace dynstep {
+
+// Bit values mirror dynstep/native.py: ACTION_BITS.
+enum ActionBit : int64_t {
+  kSummary = 1,
+  kRecord = 2,
+  kPrint = 4,         // printing is a front-end event: every `every`-th hit enters Python
+  kNan = 8,           // a non-finite value enters Python (raise / warn / stop)
+  kCompare = 16,      // sticky compare against an expected tensor (native only)
+  kPythonHit = 32,    // every hit enters Python (a Python-side consumer exists, e.g. pause)
+  kWhenCapture = 64,  // act only while the current CUDA stream is capturing
+  kRejectNonContig = 128,  // non_contiguous="error": a strided input raises ValueError
+  kNonFiniteFlag = 256,  // set a sticky flag on non-finite values (TensorProbe.assert_ok)
+};
+
+// Summary of one tensor, with the same rules as dynstep/stats.py: min/max/mean/std/absmax over
+// finite values, NaN when no finite value, std NaN for a single value.
+struct Stats {
+  double min = NAN, max = NAN, mean = NAN, std = NAN, absmax = NAN;
+  int64_t nan = 0, inf = 0, count = 0;
+};
+
+// Accumulator for one pass. Sums are shifted by `shift` (the first finite value) so the
+// one-pass variance does not cancel catastrophically when |mean| >> std.
+struct Acc {
+  double shift = 0.0, sum = 0.0, sumsq = 0.0;
+  double min = std::numeric_limits<double>::infinity();
+  double max = -std::numeric_limits<double>::infinity();
+  double absmax = 0.0;
+  int64_t nan = 0, inf = 0, count = 0;
+
+  inline void add(double v) {
+    if (std::isnan(v)) { ++nan; return; }
+    if (std::isinf(v)) { ++inf; return; }
+    double d = v - shift;
+    sum += d;
+    sumsq += d * d;
+    min = v < min ? v : min;
+    max = v > max ? v : max;
+    double a = std::fabs(v);
+    absmax = a > absmax ? a : absmax;
+    ++count;
+  }
+
+  void merge(const Acc& o) {  // both must share `shift`
+    sum += o.sum; sumsq += o.sumsq;
+    min = o.min < min ? o.min : min;
+    max = o.max > max ? o.max : max;
+    absmax = o.absmax > absmax ? o.absmax : absmax;
+    nan += o.nan; inf += o.inf; count += o.count;
+  }
+
+  Stats finish() const {
+    Stats s;
+    s.nan = nan; s.inf = inf; s.count = count;
+    if (count == 0) return s;
+    double n = static_cast<double>(count);
+    double mean_d = sum / n;
+    s.mean = shift + mean_d;
+    s.min = min; s.max = max; s.absmax = absmax;
+    if (count > 1) {
+      double var = (sumsq - n * mean_d * mean_d) / (n - 1.0);
+      s.std = std::sqrt(var > 0.0 ? var : 0.0);
+    }
+    return s;
+  }
+};
+
+// ---- formatting shared by the CPU kernel and the CUDA host callback (messages match Python's) ----
+
+inline std::string fmt_g(double v) {  // as Python's f"{v:.6g}"
+  if (std::isnan(v)) return "nan";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+inline std::string py_tuple(const std::vector<int64_t>& shape) {  // as Python's tuple repr
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) out += ",";
+  return out + ")";
+}
+
+// torch dtype names of the supported c10::ScalarType codes; "unsupported" for the rest.
+inline const char* dtype_name(int code) {
+  switch (code) {
+    case 0: return "uint8";
+    case 1: return "int8";
+    case 2: return "int16";
+    case 3: return "int32";
+    case 4: return "int64";
+    case 5: return "float16";
+    case 6: return "float32";
+    case 7: return "float64";
+    case 11: return "bool";
+    case 15: return "bfloat16";
+    default: return "unsupported";
+  }
+}
+
+// One ring slot. `data` keeps its capacity between hits: no allocation after warm-up.
+struct Entry {
+  int64_t seq = 0, call = 0;
+  uint64_t thread = 0;
+  Stats stats;
+  std::vector<int64_t> shape;
+  int dtype = 0;          // c10::ScalarType as int (kept opaque here for the CUDA callback)
+  int device = -1;        // -1: CPU; otherwise the CUDA device index the value lived on
+  int64_t nbytes = 0;     // bytes of the recorded copy, 0 for a stats-only entry
+  bool has_tensor = false;
+  bool stats_pending = false;  // record-only hit: stats are computed from `data` when drained
+  std::vector<uint8_t> data;
+};
+
+struct Compare {
+  std::vector<double> expected;  // flattened, converted once at registration
+  std::vector<int64_t> shape;
+  int dtype = -1;
+  double rtol = 1e-5, atol = 1e-8;
+  bool equal_nan = false;
+};
+
+// Element-wise compare with torch.isclose's rules, fed one (actual, expected) pair at a time.
+struct CompareRun {
+  int64_t i = 0, bad = 0, first = -1;
+  double got = 0, want = 0, maxd = NAN;
+
+  void step(double a, const Compare& c) {
+    double e = c.expected[static_cast<size_t>(i)];
+    bool ok = a == e;
+    if (!ok && c.equal_nan) ok = std::isnan(a) && std::isnan(e);
+    if (!ok) {
+      double err = std::fabs(a - e);
+      ok = std::isfinite(err) && err <= c.atol + std::fabs(c.rtol * e);
+    }
+    if (!ok) {
+      if (first < 0) { first = i; got = a; want = e; }
+      ++bad;
+      double d = std::fabs(a - e);
+      if (!std::isnan(d) && (std::isnan(maxd) || d > maxd)) maxd = d;
+    }
+    ++i;
+  }
+
+  // "" when every value matched, else the message Python's runtime.compare_message gives.
+  std::string message(const Compare& c, int64_t call) const {
+    if (bad == 0) return "";
+    return "call " + std::to_string(call) + ": " + std::to_string(bad) + " of " + std::to_string(i) +
+        " values differ beyond rtol=" + fmt_g(c.rtol) + ", atol=" + fmt_g(c.atol) + " (max abs diff " +
+        fmt_g(maxd) + "; first at flat index " + std::to_string(first) + ": got " + fmt_g(got) +
+        ", expected " + fmt_g(want) + ")";
+  }
+};
+
+// Shape and dtype must match before values are compared; "" when they do.
+inline std::string header_mismatch(const Compare& c, const std::vector<int64_t>& shape, int dtype, int64_t call) {
+  if (shape != c.shape)
+    return "call " + std::to_string(call) + ": shape " + py_tuple(shape) + " does not match the expected shape " +
+        py_tuple(c.shape);
+  if (dtype != c.dtype)
+    return "call " + std::to_string(call) + ": dtype " + dtype_name(dtype) + " does not match the expected dtype " +
+        dtype_name(c.dtype);
+  return "";
+}
+
+struct SiteState {
+  int64_t id = 0;
+  int64_t actions = 0;
+  int64_t capacity = 1;
+  int64_t every = 1;
+  std::mutex mu;
+  std::atomic<int64_t> calls{0};
+  std::vector<Entry> ring;  // `capacity` slots, preallocated at registration
+  int64_t head = 0, size = 0;
+  int64_t dropped_ring = 0, dropped_memory = 0;
+  bool nonfinite_seen = false;
+  bool compare_failed = false;
+  std::string compare_message;
+  std::unique_ptr<Compare> compare;
+};
+
+// Global memory cap on bytes held by record copies in all rings; the oldest entries (lowest
+// seq, across sites) are dropped first, and counted per site in `dropped_memory`.
+class Registry {
+ public:
+  static Registry& get() {
+    static Registry r;
+    return r;
+  }
+
+  std::shared_ptr<SiteState> find(int64_t site) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = sites_.find(site);
+    return it == sites_.end() ? nullptr : it->second;
+  }
+
+  std::shared_ptr<SiteState> add(int64_t site, int64_t actions, int64_t capacity, int64_t every) {
+    auto s = std::make_shared<SiteState>();
+    s->id = site;
+    s->actions = actions;
+    s->capacity = capacity < 1 ? 1 : capacity;
+    s->every = every < 1 ? 1 : every;
+    s->ring.resize(static_cast<size_t>(s->capacity));
+    for (auto& e : s->ring) e.shape.reserve(8);
+    std::lock_guard<std::mutex> g(mu_);
+    sites_[site] = s;
+    return s;
+  }
+
+  void remove(int64_t site) {
+    std::shared_ptr<SiteState> s;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = sites_.find(site);
+      if (it == sites_.end()) return;
+      s = it->second;
+      sites_.erase(it);
+    }
+    std::lock_guard<std::mutex> g(s->mu);
+    for (auto& e : s->ring) release(e);
+  }
+
+  std::vector<std::shared_ptr<SiteState>> all() {
+    std::lock_guard<std::mutex> g(mu_);
+    std::vector<std::shared_ptr<SiteState>> out;
+    for (auto& kv : sites_) out.push_back(kv.second);
+    return out;
+  }
+
+  int64_t next_seq() { return seq_.fetch_add(1) + 1; }
+  void set_seq_base(int64_t base) { seq_.store(base); }
+
+  void set_cap(int64_t bytes) { cap_.store(bytes); }
+  int64_t cap() const { return cap_.load(); }
+  int64_t held() const { return held_.load(); }
+
+  // Make room for `nbytes` more record bytes by dropping the oldest entries of other sites
+  // (the caller holds `self->mu`; entries of `self` are handled by `reserve_in`). Returns
+  // false when `nbytes` alone exceeds the cap.
+  bool make_room(SiteState* self, int64_t nbytes);
+
+  void account(int64_t delta) { held_.fetch_add(delta); }
+
+  void release(Entry& e) {
+    if (e.has_tensor) account(-e.nbytes);
+    e.has_tensor = false;
+    e.stats_pending = false;
+    e.nbytes = 0;
+    std::vector<uint8_t>().swap(e.data);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<int64_t, std::shared_ptr<SiteState>> sites_;
+  std::atomic<int64_t> seq_{0};
+  std::atomic<int64_t> cap_{int64_t(1) << 30};
+  std::atomic<int64_t> held_{0};
+};
+
+// The oldest live entry of a ring (its tail), or nullptr.
+inline Entry* oldest(SiteState& s) {
+  if (s.size == 0) return nullptr;
+  int64_t tail = (s.head - s.size + s.capacity) % s.capacity;
+  return &s.ring[static_cast<size_t>(tail)];
+}
+
+inline void pop_oldest(SiteState& s) {
+  if (s.size > 0) --s.size;
+}
+
+inline bool Registry::make_room(SiteState* self, int64_t nbytes) {
+  if (nbytes > cap()) return false;
+  for (int tries = 0; held() + nbytes > cap(); ++tries) {
+    if (tries > 10000) return false;  // every holder busy in other threads: drop this copy
+
+    // Find the globally oldest entry that holds a tensor copy.
+    std::shared_ptr<SiteState> victim;
+    int64_t best = std::numeric_limits<int64_t>::max();
+    for (auto& s : all()) {
+      if (s.get() == self) {
+        Entry* e = oldest(*s);
+        if (e && e->has_tensor && e->seq < best) { best = e->seq; victim = s; }
+        continue;
+      }
+      // try_lock: a site busy in another thread is skipped rather than risking a lock cycle.
+      std::unique_lock<std::mutex> g(s->mu, std::try_to_lock);
+      if (!g.owns_lock()) continue;
+      Entry* e = oldest(*s);
+      if (e && e->has_tensor && e->seq < best) { best = e->seq; victim = s; }
+    }
+    if (!victim) return held() + nbytes <= cap();
+    if (victim.get() == self) {
+      release(*oldest(*self));
+      pop_oldest(*self);
+      ++self->dropped_memory;
+    } else {
+      std::unique_lock<std::mutex> g(victim->mu, std::try_to_lock);
+      if (!g.owns_lock()) continue;
+      Entry* e = oldest(*victim);
+      if (e && e->seq == best) {
+        release(*e);
+        pop_oldest(*victim);
+        ++victim->dropped_memory;
+      }
+    }
+  }
+  return true;
+}
+
+// Claim the next ring slot of `s` (caller holds s.mu); the overwritten oldest entry is counted.
+// The slot keeps its buffer's capacity, so a hit after warm-up does not allocate.
+inline Entry& claim_slot(SiteState& s) {
+  if (s.size == s.capacity) {
+    ++s.dropped_ring;
+    --s.size;
+  }
+  Entry& e = s.ring[static_cast<size_t>(s.head)];
+  if (e.has_tensor) Registry::get().account(-e.nbytes);
+  e.has_tensor = false;
+  e.stats_pending = false;
+  e.nbytes = 0;
+  s.head = (s.head + 1) % s.capacity;
+  ++s.size;
+  return e;
+}
+
+}  // namespace dynstep
