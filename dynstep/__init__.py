@@ -20,6 +20,7 @@ __all__ = [
     "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "StorageError",
     "Options", "Recording", "Session", "Snapshot", "Stats",
     "default_session", "load", "session", "superstep",
+    "DiffReport", "NodeDiff", "diff",
 ]
 
 _LAZY = {
@@ -30,10 +31,12 @@ _LAZY = {
     "Snapshot": "dynstep.records", "Stats": "dynstep.records",
     "Recording": "dynstep.storage", "load": "dynstep.storage",
     "superstep": "dynstep.backends.superstep",
+    "diff": "dynstep.eagerdiff", "DiffReport": "dynstep.eagerdiff", "NodeDiff": "dynstep.eagerdiff",
 }
 
 if TYPE_CHECKING:
     from .backends.superstep import superstep
+    from .eagerdiff import DiffReport, NodeDiff, diff
     from .errors import Abort, DynstepError, NonFiniteError, OptionsError, SelectorError, StorageError
     from .options import Options
     from .records import Snapshot, Stats

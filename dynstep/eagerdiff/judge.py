@@ -1,0 +1,225 @@
+"""Reference and judgement: run an FX graph eagerly and in float64, and judge a compiled value.
+
+The judgement is the one `torch._dynamo.utils.same(..., fp64_ref=...)` uses: a compiled value
+diverges when its RMS error against the float64 reference exceeds the eager value's own RMS
+error against float64 by `factor`, plus an absolute `floor`. A non-finite value where float64
+is finite (or a finite value where float64 is not) always diverges.
+
+    tol = Tolerance()                                   # factor 2 (3 for 16-bit), floor 1e-5
+    m = judge(compiled, eager, fp64, tol)               # Metrics(diverged=..., error=..., ...)
+    for step in run_reference(gm, inputs): step.node, step.eager, step.fp64
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    factor: float = 2.0          # compiled error may be this many times the eager error ...
+    factor_low: float = 3.0      # ... or this many for float16/bfloat16 values
+    floor: float = 1e-5          # ... plus this absolute RMS floor (torch's `tol / 10`)
+
+    def budget(self, ref_error: float, dtype: torch.dtype) -> float:
+        factor = self.factor_low if dtype in LOW_PRECISION else self.factor
+        return factor * ref_error + self.floor
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """How a compiled value compares with eager (max_abs, max_rel, cosine) and float64 (errors)."""
+
+    diverged: bool
+    error: float          # RMS of compiled - fp64
+    ref_error: float      # RMS of eager - fp64
+    budget: float         # the largest `error` that passes
+    max_abs: float        # max |compiled - eager|
+    max_rel: float        # max |compiled - eager| / |eager|
+    cosine: float         # cosine similarity of compiled and eager, flattened
+    new_nonfinite: int    # NaN/Inf in compiled where fp64 is finite (or the reverse)
+
+    @property
+    def ratio(self) -> float:
+        if self.ref_error == 0.0:
+            return 0.0 if self.error == 0.0 else math.inf
+        return self.error / self.ref_error
+
+
+def _rms(x: torch.Tensor) -> float:
+    return float(x.pow(2).mean().sqrt()) if x.numel() else 0.0
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a == b) | (a.isnan() & b.isnan())
+
+
+def judge(compiled: torch.Tensor, eager: torch.Tensor, fp64: torch.Tensor | None, tol: Tolerance) -> Metrics:
+    """Judge one compiled tensor against its eager and float64 references."""
+    if compiled.shape != eager.shape:
+        return Metrics(True, math.inf, 0.0, 0.0, math.inf, math.inf, math.nan, 0)
+    if not compiled.is_floating_point() and not compiled.is_complex():
+        wrong = int((compiled.cpu() != eager.cpu()).sum())
+        return Metrics(wrong > 0, float(wrong), 0.0, 0.0, float(wrong), float(wrong), math.nan, 0)
+    res = compiled.detach().cpu().double()
+    ref = eager.detach().cpu().double()
+    f64 = ref if fp64 is None else fp64.detach().cpu().double()
+    fin_f, fin_r, fin_e = torch.isfinite(f64), torch.isfinite(res), torch.isfinite(ref)
+    # new: a NaN/Inf in compiled that neither reference has, or a finite value where both have one
+    mismatch = ~fin_r & ~_same(res, f64) & ~_same(res, ref)
+    mismatch |= fin_r & ~fin_f & ~fin_e
+    new_nonfinite = int(mismatch.sum())
+    both = fin_f & fin_r & fin_e
+    error = _rms((res - f64)[both])
+    ref_error = _rms((ref - f64)[both])
+    budget = tol.budget(ref_error, compiled.dtype)
+    delta = (res - ref)[both].abs()
+    max_abs = float(delta.max()) if delta.numel() else 0.0
+    max_rel = float((delta / ref[both].abs().clamp_min(1e-12)).max()) if delta.numel() else 0.0
+    a, b = res[both].flatten(), ref[both].flatten()
+    denom = float(a.norm() * b.norm())
+    cosine = float(a @ b) / denom if denom > 0 else (1.0 if float(a.norm()) == float(b.norm()) else 0.0)
+    return Metrics(new_nonfinite > 0 or error > budget, error, ref_error, budget, max_abs, max_rel,
+                   cosine, new_nonfinite)
+
+
+def nonfinite(value: Any) -> int:
+    """How many NaN/Inf a value holds (tensors, nested tuples, Python floats)."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() or value.is_complex():
+            return int((~torch.isfinite(value)).sum())
+        return 0
+    if isinstance(value, float):
+        return 0 if math.isfinite(value) else 1
+    if isinstance(value, (tuple, list)):
+        return sum(nonfinite(v) for v in value)
+    if isinstance(value, dict):
+        return sum(nonfinite(v) for v in value.values())
+    return 0
+
+
+def to_fp64(value: Any) -> Any:
+    """Floating tensors (and float dtypes given as arguments) become float64."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().double() if value.is_floating_point() else value
+    if isinstance(value, torch.dtype):
+        return torch.float64 if value.is_floating_point else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_fp64(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_fp64(v) for k, v in value.items()}
+    return value
+
+
+_LOWERING_METHODS = {"float": torch.float64, "half": torch.float64, "bfloat16": torch.float64}
+
+
+def call_node(node: torch.fx.Node, gm: torch.fx.GraphModule, args: tuple, kwargs: dict, *, fp64: bool) -> Any:
+    """Execute one FX node on concrete values (what `torch.fx.Interpreter` does, per node)."""
+    if node.op == "call_function":
+        return node.target(*args, **kwargs)
+    if node.op == "call_method":
+        self_obj, *rest = args
+        if fp64 and node.target in _LOWERING_METHODS:
+            return self_obj.to(_LOWERING_METHODS[node.target])
+        return getattr(self_obj, node.target)(*rest, **kwargs)
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        if fp64:
+            raise TypeError("call_module nodes run in their own dtype")
+        return module(*args, **kwargs)
+    raise ValueError(f"cannot execute FX node {node.name} with op {node.op!r}")
+
+
+def fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclasses.dataclass
+class Step:
+    """One node executed by `run_reference`: its eager value and its float64 value."""
+
+    node: torch.fx.Node
+    eager: Any
+    fp64: Any
+    fp64_exact: bool            # False when the op could not run in float64 (eager value upcast)
+    inputs_nonfinite: int       # NaN/Inf among the node's arguments (eager)
+    inputs_nonfinite64: int     # the same in the float64 run
+
+
+def mutates(graph: torch.fx.Graph) -> bool:
+    for n in graph.nodes:
+        if n.op == "call_method" and n.target.endswith("_") and not n.target.endswith("__"):
+            return True
+        if n.op == "call_function":
+            schema = getattr(n.target, "_schema", None)
+            if schema is not None and schema.is_mutable:
+                return True
+            name = getattr(n.target, "__name__", "")
+            if name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
+                return True
+    return False
+
+
+def run_reference(gm: torch.fx.GraphModule, inputs: Sequence[Any], *, fp64: bool = True) -> Iterator[Step]:
+    """Run `gm` node by node, eagerly and in float64 side by side, yielding each computed node.
+
+    Values are dropped after their last use, so memory stays near an eager run's (plus the
+    float64 copies of live values). The caller must consume the generator to the end.
+    """
+    copy_inputs = mutates(gm.graph)
+    placeholders = iter(inputs)
+    env: dict[torch.fx.Node, Any] = {}
+    env64: dict[torch.fx.Node, Any] = {}
+    last_use = _last_uses(gm.graph)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            value = next(placeholders)
+            env[node] = value.clone() if copy_inputs and isinstance(value, torch.Tensor) else value
+            env64[node] = to_fp64(value) if fp64 else env[node]
+            continue
+        if node.op == "get_attr":
+            env[node] = fetch_attr(gm, node.target)
+            env64[node] = to_fp64(env[node]) if fp64 else env[node]
+            continue
+        if node.op == "output":
+            break
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+        eager = call_node(node, gm, args, kwargs, fp64=False)
+        exact = True
+        if fp64:
+            args64, kwargs64 = torch.fx.node.map_arg((node.args, node.kwargs), env64.__getitem__)
+            args64, kwargs64 = to_fp64(args64), to_fp64(kwargs64)
+            try:
+                value64 = call_node(node, gm, args64, kwargs64, fp64=True)
+            except (RuntimeError, TypeError, NotImplementedError):  # op without a float64 kernel
+                value64, exact = to_fp64(eager), False
+        else:
+            args64, kwargs64, value64 = args, kwargs, eager
+        env[node], env64[node] = eager, value64
+        yield Step(node, eager, value64, exact, nonfinite((args, kwargs)), nonfinite((args64, kwargs64)))
+        for dead in last_use.get(node, ()):
+            env.pop(dead, None)
+            env64.pop(dead, None)
+
+
+def _last_uses(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    seen: set[torch.fx.Node] = set()
+    out: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in reversed(graph.nodes):
+        for arg in node.all_input_nodes:
+            if arg not in seen:
+                seen.add(arg)
+                out.setdefault(node, []).append(arg)
+    return out
