@@ -164,7 +164,8 @@ class DiffReport:
         first = self.first_divergence or self.grad_divergence
         if first is not None:
             line = f" `{first.source_text}`" if first.source_text else ""
-            return f"dynstep diff: first divergence {first.where}{line} (error {first.error:.3g} > {first.budget:.3g})"
+            what = "first divergence" if first is self.first_divergence else "first divergent gradient, from"
+            return f"dynstep diff: {what} {first.where}{line} (error {first.error:.3g} > {first.budget:.3g})"
         if any(g.fusion_dependent for g in self.graphs):
             return "dynstep diff: outputs diverge, but the divergence disappears once probed (fusion-dependent)"
         return "dynstep diff: outputs diverge (see the report)"
