@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -121,12 +122,12 @@ SUPERSTEP = _SuperstepDiffs()
 
 
 def superstep_diff(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], inner: Any,
-                   mode: str | None) -> Callable[..., Any]:
-    """superstep's `diff` option: diff the first call of the graph, then run the inner compiler's
-    code. Results: `dynstep.diff.superstep_report()`."""
+                   mode: str | None, *, compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """superstep's `diff` option: diff the first call of the graph, then run `compiled` (what
+    superstep built from its other options). Results: `dynstep.eagerdiff.superstep_report()`;
+    a divergence is also raised as a warning, so it is seen inside a larger run."""
     collector = Collector(config(inner, mode=mode))
     SUPERSTEP.collectors.append(collector)
-    compiled = _backends.compile_graph(gm, example_inputs, inner, mode=mode)
     first = collector.backend(gm, example_inputs)
     state = {"diffed": False}
 
@@ -134,6 +135,9 @@ def superstep_diff(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], inne
         if not state["diffed"]:
             state["diffed"] = True
             first(*inputs)
+            report = collector.report()
+            if not report.ok:
+                warnings.warn(report.summary(), RuntimeWarning, stacklevel=2)
         return compiled(*inputs)
 
     return run

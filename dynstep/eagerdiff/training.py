@@ -95,7 +95,9 @@ def diff_grads(differ: Any, result: GraphDiff) -> GraphDiff:
         ref64 = _grads(tgm, inputs, leaves, taps, dtype=torch.float64)
     except (RuntimeError, TypeError, NotImplementedError):
         ref64 = [None] * len(eager)
-    example = [x.detach() if isinstance(x, torch.Tensor) else x for x in inputs] + taps
+    # AOTAutograd builds a backward only for inputs that require grad
+    example = [x.detach().requires_grad_(i in leaves) if isinstance(x, torch.Tensor) else x
+               for i, x in enumerate(inputs)] + [z.clone().requires_grad_(True) for z in taps]
     compiled_fn = _backends.compile_graph(tgm, example, cfg.backend, mode=cfg.mode)
     compiled = _grads(compiled_fn, inputs, leaves, taps)
     targets = [placeholders[i] for i in leaves] + nodes
