@@ -57,7 +57,8 @@ def cmd_diff(args: argparse.Namespace) -> Result:
     try:
         with progress_bar() as progress:
             cfg = config(backend, mode=args.mode, training=args.training, repro=args.repro,
-                         ladder=not args.no_ladder, progress=progress)
+                         ladder=not args.no_ladder, progress=progress,
+                         backend_ref=args.backend if ":" in args.backend else None)
             with diffing(cfg, calls=args.calls) as collector:
                 runpy.run_path(script, run_name="__main__")
     finally:
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help=cmd_doctor.__doc__)
     diff = sub.add_parser("diff", help=cmd_diff.__doc__)
     diff.add_argument("script", help="the Python script to run")
-    diff.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    diff.add_argument("script_args", nargs="*", help="arguments for the script (after --)")
     diff.add_argument("--backend", default="inductor",
                       help="backend to diff: a name (default: inductor) or module:attribute")
     diff.add_argument("--mode", default=None, help="torch.compile mode for the backend")

@@ -63,9 +63,9 @@ class Collector:
 
 def config(backend: Any = "inductor", *, mode: str | None = None, training: bool = False,
            tol: Tolerance | None = None, ladder: bool = True, repro: str | None = None,
-           progress: Progress | None = None) -> DiffConfig:
+           progress: Progress | None = None, backend_ref: str | None = None) -> DiffConfig:
     return DiffConfig(backend=backend, mode=mode, tol=tol or Tolerance(), ladder=ladder, training=training,
-                      repro_dir=repro, progress=progress)
+                      repro_dir=repro, progress=progress, backend_ref=backend_ref)
 
 
 def diff(fn: Callable[..., Any], *args: Any, backend: Any = "inductor", mode: str | None = None,

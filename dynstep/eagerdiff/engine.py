@@ -47,6 +47,7 @@ class DiffConfig:
     training: bool = False
     repro_dir: str | None = None
     progress: Progress | None = None
+    backend_ref: str | None = None   # "module:attribute" that imports a callable backend (for repros)
 
 
 @dataclasses.dataclass

@@ -76,9 +76,12 @@ if __name__ == "__main__":
 '''
 
 
-def _backend_source(backend: Any) -> str:
+def _backend_source(backend: Any, ref: str | None) -> str:
     if isinstance(backend, str):
         return repr(backend)
+    if ref:
+        module, _, attr = ref.partition(":")
+        return f"getattr(__import__({module!r}, fromlist=['_']), {attr!r})"
     module, qual = getattr(backend, "__module__", None), getattr(backend, "__qualname__", "")
     if module and qual and "<locals>" not in qual and module != "__main__":
         return f"__import__({module!r}, fromlist=['_']).{qual}"
@@ -123,7 +126,7 @@ def write_repro(differ: Any, node: torch.fx.Node, directory: str) -> str:
     code = gm.code.replace("def forward(self, ", "def forward(self, ", 1).strip("\n")
     src, text = gi.source(node)
     script = _TEMPLATE.format(where=f"{node.name} ({gi.op_name(node)}) in {gi.module_path(node) or '-'} at {src}",
-                              source_text=text, n=len(names), backend=_backend_source(differ.cfg.backend),
+                              source_text=text, n=len(names), backend=_backend_source(differ.cfg.backend, differ.cfg.backend_ref),
                               factor=differ.cfg.tol.factor, floor=differ.cfg.tol.floor,
                               code=textwrap.indent(code, "    "), names=names)
     path = os.path.join(directory, "repro.py")
