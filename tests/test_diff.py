@@ -202,3 +202,21 @@ def test_clean_inductor_mlp_training_step_is_ok():
     report = dynstep.diff(model, x, y, backend="inductor", training=True)
     assert report.ok, report.summary()
     assert report.graphs[0].grads and not any(d.diverged for d in report.graphs[0].grads)
+
+
+def test_dynamic_shapes_graph_is_diffed():
+    def fn(x):
+        y = torch.sin(x) * 2
+        return F.gelu(y).sum(-1)  # DYN_LINE
+
+    report = dynstep.diff(fn, torch.randn(5, 7), backend=planted.swap_op(GELU, "", torch.relu), dynamic=True,
+                          ladder=False)
+    assert report.first_divergence.source == _line("# DYN_LINE")
+
+
+def test_a_backend_that_cannot_compile_is_a_clear_error():
+    def broken(gm, example_inputs):
+        raise RuntimeError("no kernel for you")
+
+    with pytest.raises(Exception, match="failed to compile graph"):
+        dynstep.diff(lambda x: x.sin() + 1, torch.randn(3), backend=broken, ladder=False)

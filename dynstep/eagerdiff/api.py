@@ -75,7 +75,8 @@ def diff(fn: Callable[..., Any], *args: Any, backend: Any = "inductor", mode: st
     """Run `fn(*args, **kwargs)` once under torch.compile and diff every compiled graph call.
 
     `backend` is what you would pass to torch.compile (a name or a callable); `training=True`
-    also diffs the gradients of every graph input that requires grad.
+    also diffs the gradients of every graph input that requires grad. Dynamo's caches are reset
+    before and after, so `fn` is traced afresh and nothing diffed stays installed.
     """
     collector = Collector(config(backend, mode=mode, training=training, tol=tol, ladder=ladder,
                                  repro=repro, progress=progress))

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..errors import DynstepError
 from . import _backends
 from .judge import Metrics, Tolerance, call_node, fetch_attr, judge, nonfinite, run_reference, to_fp64
 from .probed import ProbedRun, output_nodes
@@ -85,8 +86,15 @@ class GraphDiffer:
             self.cfg.progress(what, self.steps, max(self.total, self.steps))
 
     def measure(self, probes: Sequence[torch.fx.Node] = (), backend: Any = None) -> Measured:
-        run = ProbedRun.compile(self.gm, self.inputs, backend or self.cfg.backend, probes=probes,
-                                mode=self.cfg.mode)
+        backend = backend or self.cfg.backend
+        try:
+            run = ProbedRun.compile(self.gm, self.inputs, backend, probes=probes, mode=self.cfg.mode)
+        except Exception as exc:
+            raise DynstepError(
+                f"dynstep diff: backend {_backends.backend_name(backend)!r} failed to compile graph "
+                f"{self.graph} with {len(probes)} probed value(s) ({[p.name for p in probes][:5]}): {exc!r}. "
+                "Diff with a backend that compiles this graph, or report the compile failure itself."
+            ) from exc
         self.compiles += 1
         outputs, compiled = run(self.inputs)
         return self.judge_run(outputs, compiled)
@@ -237,7 +245,7 @@ class GraphDiffer:
                 return NanOrigin.of("compiled", node, _first_tensor(value), order=self.pos[node], graph=self.graph)
         p, _ = self.bisect(lambda m, probes: any(nonfinite(m.compiled[n]) for n in probes if n in m.compiled)
                            or (not probes and _outputs_nonfinite(m)), "nan origin")
-        for node in self.order[max(0, p - 1):]:
+        for node in self.order[max(0, p - 1):p + 2]:  # the cut may also hold a value computed just after
             m, _ = self.confirm(node)
             args = [a for a in node.all_input_nodes if a in m.compiled]
             value = m.compiled.get(node)
