@@ -81,9 +81,11 @@ def diff(fn: Callable[..., Any], *args: Any, backend: Any = "inductor", mode: st
     collector = Collector(config(backend, mode=mode, training=training, tol=tol, ladder=ladder,
                                  repro=repro, progress=progress))
     torch._dynamo.reset()
+    grad = torch.enable_grad() if training else torch.no_grad()
     try:
         compiled = torch.compile(fn, backend=collector.backend, dynamic=dynamic)
-        compiled(*args, **kwargs)
+        with grad:
+            compiled(*args, **kwargs)
     finally:
         torch._dynamo.reset()
     return collector.report()

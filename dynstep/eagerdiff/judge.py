@@ -54,8 +54,39 @@ class Metrics:
         return self.error / self.ref_error
 
 
-def _rms(x: torch.Tensor) -> float:
-    return float(x.pow(2).mean().sqrt()) if x.numel() else 0.0
+CHUNK = 1 << 20  # elements per step: judging streams, so temporaries stay a few MB
+
+
+@dataclasses.dataclass
+class _Sums:
+    err2: float = 0.0
+    ref2: float = 0.0
+    count: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    dot: float = 0.0
+    norm_a: float = 0.0
+    norm_b: float = 0.0
+    bad: int = 0
+
+    def add(self, res: torch.Tensor, ref: torch.Tensor, f64: torch.Tensor) -> None:
+        fin_f, fin_r, fin_e = torch.isfinite(f64), torch.isfinite(res), torch.isfinite(ref)
+        # new: a NaN/Inf in compiled that neither reference has, or a finite value where both have one
+        self.bad += int((~fin_r & ~_same(res, f64) & ~_same(res, ref)).sum() + (fin_r & ~fin_f & ~fin_e).sum())
+        both = fin_f & fin_r & fin_e
+        if not bool(both.all()):
+            res, ref, f64 = res[both], ref[both], f64[both]
+        if not res.numel():
+            return
+        self.count += res.numel()
+        self.err2 += float((res - f64).pow_(2).sum())
+        self.ref2 += float((ref - f64).pow_(2).sum())
+        delta = (res - ref).abs_()
+        self.max_abs = max(self.max_abs, float(delta.max()))
+        self.max_rel = max(self.max_rel, float(delta.div_(ref.abs().clamp_min_(1e-12)).max()))
+        self.dot += float(res @ ref)
+        self.norm_a += float(res @ res)
+        self.norm_b += float(ref @ ref)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -63,32 +94,24 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def judge(compiled: torch.Tensor, eager: torch.Tensor, fp64: torch.Tensor | None, tol: Tolerance) -> Metrics:
-    """Judge one compiled tensor against its eager and float64 references."""
+    """Judge one compiled tensor against its eager and float64 references (in bounded memory)."""
     if compiled.shape != eager.shape:
         return Metrics(True, math.inf, 0.0, 0.0, math.inf, math.inf, math.nan, 0)
     if not compiled.is_floating_point() and not compiled.is_complex():
         wrong = int((compiled.cpu() != eager.cpu()).sum())
         return Metrics(wrong > 0, float(wrong), 0.0, 0.0, float(wrong), float(wrong), math.nan, 0)
-    res = compiled.detach().cpu().double()
-    ref = eager.detach().cpu().double()
-    f64 = ref if fp64 is None else fp64.detach().cpu().double()
-    fin_f, fin_r, fin_e = torch.isfinite(f64), torch.isfinite(res), torch.isfinite(ref)
-    # new: a NaN/Inf in compiled that neither reference has, or a finite value where both have one
-    mismatch = ~fin_r & ~_same(res, f64) & ~_same(res, ref)
-    mismatch |= fin_r & ~fin_f & ~fin_e
-    new_nonfinite = int(mismatch.sum())
-    both = fin_f & fin_r & fin_e
-    error = _rms((res - f64)[both])
-    ref_error = _rms((ref - f64)[both])
+    flat = [t.detach().reshape(-1) for t in (compiled, eager, eager if fp64 is None else fp64)]
+    sums = _Sums()
+    for start in range(0, flat[0].numel(), CHUNK):
+        res, ref, f64 = (t[start:start + CHUNK].cpu().double() for t in flat)
+        sums.add(res, ref, f64)
+    n = max(sums.count, 1)
+    error, ref_error = math.sqrt(sums.err2 / n), math.sqrt(sums.ref2 / n)
     budget = tol.budget(ref_error, compiled.dtype)
-    delta = (res - ref)[both].abs()
-    max_abs = float(delta.max()) if delta.numel() else 0.0
-    max_rel = float((delta / ref[both].abs().clamp_min(1e-12)).max()) if delta.numel() else 0.0
-    a, b = res[both].flatten(), ref[both].flatten()
-    denom = float(a.norm() * b.norm())
-    cosine = float(a @ b) / denom if denom > 0 else (1.0 if float(a.norm()) == float(b.norm()) else 0.0)
-    return Metrics(new_nonfinite > 0 or error > budget, error, ref_error, budget, max_abs, max_rel,
-                   cosine, new_nonfinite)
+    denom = math.sqrt(sums.norm_a) * math.sqrt(sums.norm_b)
+    cosine = sums.dot / denom if denom > 0 else (1.0 if sums.norm_a == sums.norm_b else 0.0)
+    return Metrics(sums.bad > 0 or error > budget, error, ref_error, budget, sums.max_abs, sums.max_rel,
+                   cosine, sums.bad)
 
 
 def nonfinite(value: Any) -> int:

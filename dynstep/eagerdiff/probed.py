@@ -72,7 +72,8 @@ class ProbedRun:
     def compile(cls, gm: torch.fx.GraphModule, inputs: Sequence[Any], backend: Any, *,
                 probes: Sequence[torch.fx.Node] = (), mode: str | None = None) -> "ProbedRun":
         probed, layout = with_outputs(gm, probes)
-        fn = _backends.compile_graph(probed, list(inputs), backend, mode=mode)
+        with torch.no_grad():  # probed copies only run forward: AOTAutograd then builds no backward
+            fn = _backends.compile_graph(probed, list(inputs), backend, mode=mode)
         return cls(fn, tuple(probes), layout, len(output_nodes(gm)))
 
     def __call__(self, inputs: Sequence[Any]) -> tuple[list[Any], dict[torch.fx.Node, Any]]:
