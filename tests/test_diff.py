@@ -220,3 +220,37 @@ def test_a_backend_that_cannot_compile_is_a_clear_error():
 
     with pytest.raises(Exception, match="failed to compile graph"):
         dynstep.diff(lambda x: x.sin() + 1, torch.randn(3), backend=broken, ladder=False)
+
+
+@pytest.mark.slow
+def test_inductor_relu_bug_is_found_with_its_kernel():
+    import torch._inductor.config as inductor_config
+
+    def fn(x, w):
+        h = torch.tanh(x @ w)
+        r = torch.relu(h * 3)  # RELU_LINE
+        return (r @ w).sum(-1)
+
+    torch.manual_seed(0)
+    with inductor_config.patch({"cpp.inject_relu_bug_TESTING_ONLY": "accuracy"}):
+        report = dynstep.diff(fn, torch.randn(8, 16), torch.randn(16, 16), backend="inductor", ladder=False)
+    first = report.first_divergence
+    assert first is not None and first.source == _line("# RELU_LINE") and first.target == "torch.relu"
+    assert first.kernel.startswith("cpp_fused"), first
+
+
+def test_kernel_names_come_from_inductor_provenance_comments():
+    from dynstep.eagerdiff.kernels import kernel_for
+
+    triton = ("triton_poi_fused_gelu_0 = async_compile.triton('triton_poi_fused_gelu_0', '''...''')\n"
+              "def call(args):\n"
+              "        # Topologically Sorted Source Nodes: [linear_2, h], Original ATen: [aten.gelu]\n"
+              "        triton_poi_fused_gelu_0.run(buf0, buf1, 4096, stream=stream0)\n"
+              "        # Topologically Sorted Source Nodes: [h, linear_3], Original ATen: [aten.mm]\n"
+              "        extern_kernels.mm(buf1, arg3_1, out=buf2)\n")
+    assert kernel_for([triton], "h", "torch.nn.functional.gelu") == "triton_poi_fused_gelu_0"
+    assert kernel_for([triton], "linear_3", "torch.nn.functional.linear") == "extern_kernels.mm"
+    cpp = ("cpp_fused_mul_relu_tanh_0 = async_compile.cpp_pybinding(['float*'], r'''...''')\n"
+           "cpp_fused_sum_1 = async_compile.cpp_pybinding(['float*'], r'''...''')\n")
+    assert kernel_for([cpp], "r", "torch.relu") == "cpp_fused_mul_relu_tanh_0"
+    assert kernel_for([cpp], "q", "torch.sin") == ""

@@ -29,8 +29,11 @@ from typing import Any
 import torch
 import torch.fx
 
+from .. import _compat
+from .. import graphinfo as gi
 from ..errors import DynstepError
 from . import _backends
+from .kernels import kernel_for
 from .judge import Metrics, Tolerance, call_node, fetch_attr, judge, nonfinite, run_reference, to_fp64
 from .probed import ProbedRun, output_nodes
 from .report import GraphDiff, LadderStep, NanOrigin, NodeDiff
@@ -76,6 +79,7 @@ class GraphDiffer:
         self.compiles = 0
         self.seen: dict[str, NodeDiff] = {}
         self.notes: list[str] = []
+        self.codes: list[str] = []
         self.steps = 0
         self.total = 2 + max(1, math.ceil(math.log2(max(2, len(self.order)))))
 
@@ -126,6 +130,10 @@ class GraphDiffer:
               own: bool | None = None) -> NodeDiff:
         m, value = judge_value(compiled, eager, fp64, self.cfg.tol)
         return NodeDiff.of(node, value, m, order=self.pos.get(node, -1), graph=self.graph, kind=kind, own=own)
+
+    def kernel(self, node: torch.fx.Node) -> str:
+        """The generated kernel that computed `node` in the unprobed compile, when known."""
+        return kernel_for(self.codes, node.name, gi.op_name(node))
 
     # -- bisection -----------------------------------------------------------------------
     def cut(self, p: int) -> list[torch.fx.Node]:
@@ -190,14 +198,16 @@ class GraphDiffer:
         for n in probes:
             loc = self.local(n, m.compiled)
             if loc is not None and loc.diverged and n in m.values:
-                return dataclasses.replace(m.values[n], own=True)
+                return dataclasses.replace(m.values[n], own=True, kernel=self.kernel(n))
         return None
 
     # -- the whole analysis --------------------------------------------------------------
     def run(self, call: int) -> GraphDiff:
         t0 = time.perf_counter()
         self.tick("outputs only")
-        base = self.measure()
+        with _compat.inductor_output_code() as codes:  # to name Inductor's kernels, if it is Inductor
+            base = self.measure()
+        self.codes = codes
         first, fusion, nan_compiled = None, False, None
         if base.outputs_diverged:
             first, fusion = self.find_first()
@@ -224,7 +234,8 @@ class GraphDiffer:
         self.tick(f"confirming {node.name}")
         m, loc = self.confirm(node)
         if loc is not None and loc.diverged and node in m.values:
-            return dataclasses.replace(m.values[node], own=True, diverged=True), False
+            return dataclasses.replace(m.values[node], own=True, diverged=True,
+                                       kernel=self.kernel(node)), False
         found = self.dense_first(p)
         if found is not None:
             self.notes.append(f"bisection pointed at {node.name}, which only inherits its error; "

@@ -231,7 +231,11 @@ def run_reference(gm: torch.fx.GraphModule, inputs: Sequence[Any], *, fp64: bool
         else:
             args64, kwargs64, value64 = args, kwargs, eager
         env[node], env64[node] = eager, value64
-        yield Step(node, eager, value64, exact, nonfinite((args, kwargs)), nonfinite((args64, kwargs64)))
+        step = Step(node, eager, value64, exact, nonfinite((args, kwargs)), nonfinite((args64, kwargs64)))
+        # drop every local reference, so a value dies at its last use and not one node later
+        del args, kwargs, args64, kwargs64, eager, value64
+        yield step
+        del step
         for dead in last_use.get(node, ()):
             env.pop(dead, None)
             env64.pop(dead, None)

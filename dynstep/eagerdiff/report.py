@@ -61,7 +61,8 @@ class NodeDiff:
     @property
     def where(self) -> str:
         mod = f" in {self.module}" if self.module else ""
-        return f"{self.node} ({self.target}){mod} at {self.source or '?'}"
+        kernel = f", kernel {self.kernel}" if self.kernel else ""
+        return f"{self.node} ({self.target}){mod} at {self.source or '?'}{kernel}"
 
 
 @dataclasses.dataclass(frozen=True)
