@@ -174,8 +174,11 @@ def time_to_localize(args: argparse.Namespace) -> None:
 
 
 def memory(args: argparse.Namespace) -> None:
-    plain = spawn("plain", args.mem_width, args.mem_batch, args.cap, {})
-    mem = spawn("dynstep", args.mem_width, args.mem_batch, args.cap, {})
+    # glibc raises its mmap threshold after the first large free, after which freed tensors stay
+    # in the heap and RSS measures fragmentation, not live tensors; pin it for both runs.
+    env = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+    plain = spawn("plain", args.mem_width, args.mem_batch, args.cap, env)
+    mem = spawn("dynstep", args.mem_width, args.mem_batch, args.cap, env)
     p_delta = plain["peak_rss_mb"] - plain["rss_before_mb"]
     d_delta = mem["peak_rss_mb"] - mem["rss_before_mb"]
     print(f"peak RSS above the loaded model (width {args.mem_width}, batch {args.mem_batch}): "

@@ -254,3 +254,11 @@ def test_kernel_names_come_from_inductor_provenance_comments():
            "cpp_fused_sum_1 = async_compile.cpp_pybinding(['float*'], r'''...''')\n")
     assert kernel_for([cpp], "r", "torch.relu") == "cpp_fused_mul_relu_tanh_0"
     assert kernel_for([cpp], "q", "torch.sin") == ""
+
+
+def test_the_diff_engine_imports_neither_rich_nor_inductor():
+    code = ("import sys, dynstep; dynstep.diff; import dynstep.eagerdiff.engine, dynstep.eagerdiff.training;"
+            "print('rich' in sys.modules, 'torch._inductor.compile_fx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
+    assert out.stdout.split() == ["False", "False"], out.stderr

@@ -148,6 +148,9 @@ class GraphDiffer:
         while hi - lo > 1:
             mid = (lo + hi) // 2
             probes = self.cut(mid)
+            if not probes:  # nothing computed so far is read later: no divergence can start here
+                lo = mid
+                continue
             self.tick(f"{label}: probing {len(probes)} value(s) after node {mid}/{len(self.order)}")
             m = self.measure(probes)
             vanished |= not bad(m, [])
