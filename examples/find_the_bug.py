@@ -57,7 +57,7 @@ def main() -> None:
     report.show()
     first = report.first_divergence
     if first is not None:
-        print(f"3. the culprit: {first.source} `{first.source_text}` in module {first.module!r}")
+        print(f"3. the culprit: {first.source} `{first.source_text}` in module {first.module or '(top level)'}")
     report.to_html(args.html)
     print(f"4. a page to share: {args.html}; a repro to file upstream: python {report.graphs[0].repro}")
 

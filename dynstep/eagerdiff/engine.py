@@ -34,7 +34,7 @@ from .. import graphinfo as gi
 from ..errors import DynstepError
 from . import _backends
 from .kernels import kernel_for
-from .judge import Metrics, Tolerance, call_node, fetch_attr, judge, nonfinite, run_reference, to_fp64
+from .judge import Metrics, Reference, Tolerance, call_node, fetch_attr, judge, nonfinite, to_fp64
 from .probed import ProbedRun, output_nodes
 from .report import GraphDiff, LadderStep, NanOrigin, NodeDiff
 
@@ -112,16 +112,17 @@ class GraphDiffer:
         out_diffs: list[NodeDiff] = []
         values: dict[torch.fx.Node, NodeDiff] = {}
         nan_eager = None
+        reference = Reference(self.gm, self.inputs, keep=lambda n: n in compiled or n in out_at)
         with torch.no_grad():
-            for step in run_reference(self.gm, self.inputs):
+            for step in reference:
                 node = step.node
-                if nan_eager is None and step.inputs_nonfinite == 0 and nonfinite(step.eager):
-                    nan_eager = NanOrigin.of("eager", node, _first_tensor(step.eager), order=self.pos[node],
-                                             graph=self.graph)
                 if node in compiled:
                     values[node] = self._diff(node, compiled[node], step.eager, step.fp64, "value")
                 if node in out_at:
                     out_diffs.append(self._diff(node, outputs[out_at[node]], step.eager, step.fp64, "output"))
+        if reference.nan_origin is not None:
+            node, value = reference.nan_origin
+            nan_eager = NanOrigin.of("eager", node, _first_tensor(value), order=self.pos[node], graph=self.graph)
         for d in list(values.values()) + out_diffs:
             self.seen[d.node] = d
         return Measured(out_diffs, values, compiled, nan_eager, outputs)

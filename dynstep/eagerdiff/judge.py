@@ -7,7 +7,7 @@ is finite (or a finite value where float64 is not) always diverges.
 
     tol = Tolerance()                                   # factor 2 (3 for 16-bit), floor 1e-5
     m = judge(compiled, eager, fp64, tol)               # Metrics(diverged=..., error=..., ...)
-    for step in run_reference(gm, inputs): step.node, step.eager, step.fp64
+    for step in Reference(gm, inputs, keep=wanted.__contains__): step.node, step.eager, step.fp64
 """
 
 from __future__ import annotations
@@ -171,14 +171,12 @@ def fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
 
 @dataclasses.dataclass
 class Step:
-    """One node executed by `run_reference`: its eager value and its float64 value."""
+    """One node of the float64 pass: its float64 value, and its eager value when kept."""
 
     node: torch.fx.Node
-    eager: Any
+    eager: Any                  # None unless `keep(node)`
     fp64: Any
-    fp64_exact: bool            # False when the op could not run in float64 (eager value upcast)
-    inputs_nonfinite: int       # NaN/Inf among the node's arguments (eager)
-    inputs_nonfinite64: int     # the same in the float64 run
+    fp64_exact: bool            # False when the op could not run in float64 (run at its dtype, upcast)
 
 
 def mutates(graph: torch.fx.Graph) -> bool:
@@ -195,50 +193,91 @@ def mutates(graph: torch.fx.Graph) -> bool:
     return False
 
 
-def run_reference(gm: torch.fx.GraphModule, inputs: Sequence[Any], *, fp64: bool = True) -> Iterator[Step]:
-    """Run `gm` node by node, eagerly and in float64 side by side, yielding each computed node.
+class Reference:
+    """Runs `gm` eagerly, then in float64, node by node; iterating yields the float64 pass.
 
-    Values are dropped after their last use, so memory stays near an eager run's (plus the
-    float64 copies of live values). The caller must consume the generator to the end.
+    Two passes rather than side by side: each holds only its own live values (dropped at their
+    last use) plus the eager values of the nodes `keep` asks for, so memory stays near an eager
+    run's with float64 copies. The eager pass also finds the first node producing a NaN/Inf
+    its inputs did not contain (`nan_origin`: node, nan count, inf count, value).
+
+        ref = Reference(gm, inputs, keep=lambda n: n in wanted)
+        for step in ref: ...
+        ref.nan_origin
     """
+
+    def __init__(self, gm: torch.fx.GraphModule, inputs: Sequence[Any], keep: Any = None) -> None:
+        self.gm, self.inputs = gm, list(inputs)
+        self.keep = keep or (lambda node: False)
+        self.nan_origin: tuple[torch.fx.Node, Any] | None = None
+        self.dtypes: dict[torch.fx.Node, Any] = {}
+
+    def __iter__(self) -> Iterator[Step]:
+        kept = {step.node: step.eager for step in _run(self.gm, self.inputs, fp64=False, reference=self)
+                if self.keep(step.node)}
+        for step in _run(self.gm, self.inputs, fp64=True, reference=self):
+            step.eager = kept.pop(step.node, None)
+            yield step
+
+
+def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any], *, fp64: bool, reference: Reference) -> Iterator[Step]:
     copy_inputs = mutates(gm.graph)
     placeholders = iter(inputs)
     env: dict[torch.fx.Node, Any] = {}
-    env64: dict[torch.fx.Node, Any] = {}
     last_use = _last_uses(gm.graph)
+    cast = to_fp64 if fp64 else (lambda v: v)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             value = next(placeholders)
-            env[node] = value.clone() if copy_inputs and isinstance(value, torch.Tensor) else value
-            env64[node] = to_fp64(value) if fp64 else env[node]
+            value = value.clone() if copy_inputs and isinstance(value, torch.Tensor) else value
+            reference.dtypes.setdefault(node, _dtypes(value))
+            env[node] = cast(value)
             continue
         if node.op == "get_attr":
-            env[node] = fetch_attr(gm, node.target)
-            env64[node] = to_fp64(env[node]) if fp64 else env[node]
+            reference.dtypes.setdefault(node, _dtypes(fetch_attr(gm, node.target)))
+            env[node] = cast(fetch_attr(gm, node.target))
             continue
         if node.op == "output":
             break
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
-        eager = call_node(node, gm, args, kwargs, fp64=False)
         exact = True
-        if fp64:
-            args64, kwargs64 = torch.fx.node.map_arg((node.args, node.kwargs), env64.__getitem__)
-            args64, kwargs64 = to_fp64(args64), to_fp64(kwargs64)
-            try:
-                value64 = call_node(node, gm, args64, kwargs64, fp64=True)
-            except (RuntimeError, TypeError, NotImplementedError):  # op without a float64 kernel
-                value64, exact = to_fp64(eager), False
+        if not fp64:
+            value = call_node(node, gm, args, kwargs, fp64=False)
+            reference.dtypes[node] = _dtypes(value)
+            if reference.nan_origin is None and nonfinite(value) and not nonfinite((args, kwargs)):
+                reference.nan_origin = (node, value)
         else:
-            args64, kwargs64, value64 = args, kwargs, eager
-        env[node], env64[node] = eager, value64
-        step = Step(node, eager, value64, exact, nonfinite((args, kwargs)), nonfinite((args64, kwargs64)))
+            try:
+                value = call_node(node, gm, to_fp64(args), to_fp64(kwargs), fp64=True)
+            except (RuntimeError, TypeError, NotImplementedError):  # op without a float64 kernel
+                low_args, low_kwargs = torch.fx.node.map_arg(
+                    (node.args, node.kwargs), lambda a: _back(env[a], reference.dtypes.get(a)))
+                value, exact = to_fp64(call_node(node, gm, low_args, low_kwargs, fp64=False)), False
+        env[node] = value
+        step = Step(node, value if not fp64 else None, value if fp64 else None, exact)
         # drop every local reference, so a value dies at its last use and not one node later
-        del args, kwargs, args64, kwargs64, eager, value64
+        del args, kwargs, value
         yield step
         del step
         for dead in last_use.get(node, ()):
             env.pop(dead, None)
-            env64.pop(dead, None)
+
+
+def _dtypes(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.dtype
+    if isinstance(value, (tuple, list)):
+        return tuple(_dtypes(v) for v in value)
+    return None
+
+
+def _back(value: Any, dtype: Any) -> Any:
+    """A float64 value cast back to the dtype(s) the eager pass saw."""
+    if isinstance(value, torch.Tensor) and isinstance(dtype, torch.dtype):
+        return value.to(dtype)
+    if isinstance(value, (tuple, list)) and isinstance(dtype, tuple):
+        return type(value)(_back(v, d) for v, d in zip(value, dtype))
+    return value
 
 
 def _last_uses(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
