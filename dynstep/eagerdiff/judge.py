@@ -225,17 +225,16 @@ def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any], *, fp64: bool, referen
     placeholders = iter(inputs)
     env: dict[torch.fx.Node, Any] = {}
     last_use = _last_uses(gm.graph)
-    cast = to_fp64 if fp64 else (lambda v: v)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             value = next(placeholders)
             value = value.clone() if copy_inputs and isinstance(value, torch.Tensor) else value
             reference.dtypes.setdefault(node, _dtypes(value))
-            env[node] = cast(value)
+            env[node] = value  # cast to float64 at each use: a copy lives only while an op runs
             continue
         if node.op == "get_attr":
             reference.dtypes.setdefault(node, _dtypes(fetch_attr(gm, node.target)))
-            env[node] = cast(fetch_attr(gm, node.target))
+            env[node] = fetch_attr(gm, node.target)
             continue
         if node.op == "output":
             break
