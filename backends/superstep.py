@@ -13,6 +13,7 @@ is needed. With no options the graph goes to the inner compiler untouched.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -33,6 +34,15 @@ def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
+    if opts.diff:
+        # diff the graph as Dynamo gave it (before any probe), then run it as the other options say
+        import dataclasses
+
+        from dynstep.eagerdiff.api import superstep_diff
+
+        reference = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        compiled = compile_graph(gm, example_inputs, dataclasses.replace(opts, diff=False))
+        return superstep_diff(reference, example_inputs, opts.inner, opts.mode, compiled=compiled)
     if opts.transparent:
         return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
     from dynstep import passes

@@ -23,6 +23,7 @@ __all__ = [
     "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "CheckFailed", "drain_records",
     "CudaGraphTensorProbe", "TensorPrint", "TensorRecord", "TensorCompare",
     "set_record_memory_cap", "record_memory",
+    "DiffReport", "NodeDiff", "diff",
 ]
 
 _LAZY = {
@@ -40,6 +41,7 @@ _LAZY = {
     **{name: "dynstep.probe_api" for name in (
         "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "drain_records",
         "CudaGraphTensorProbe", "TensorPrint", "TensorRecord", "TensorCompare")},
+    "diff": "dynstep.eagerdiff", "DiffReport": "dynstep.eagerdiff", "NodeDiff": "dynstep.eagerdiff",
 }
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from .bp_frontend import configure
     from .breakpoints import breakpoint
     from .bytecode import step_bytecode
+    from .eagerdiff import DiffReport, NodeDiff, diff
     from .errors import Abort, DynstepError, NonFiniteError, OptionsError, SelectorError, StorageError
     from .options import Options
     from .records import Snapshot, Stats

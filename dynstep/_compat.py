@@ -6,7 +6,8 @@ each one exists on the installed torch so an upgrade breaks loudly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -303,3 +304,16 @@ def wrap_dynamo_compiler(wrap: Callable[[Callable[..., Any]], Callable[..., Any]
             OutputGraph._call_user_compiler = original
 
     return patched()
+@contextlib.contextmanager
+def inductor_output_code() -> Iterator[list[str]]:
+    # torch/_inductor/graph.py: GraphLowering.save_output_code, the hook
+    # torch._inductor.utils.run_and_get_code uses to see the generated wrapper code.
+    from torch._inductor.graph import GraphLowering
+
+    codes: list[str] = []
+    saved = GraphLowering.save_output_code
+    GraphLowering.save_output_code = staticmethod(codes.append)
+    try:
+        yield codes
+    finally:
+        GraphLowering.save_output_code = saved

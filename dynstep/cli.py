@@ -5,6 +5,7 @@
     dynstep run SCRIPT [ARGS]            run a script, every torch.compile through superstep
     dynstep run -m MODULE [ARGS]         ... --pause SEL --probe SEL --commands "p value; c" --frontend pdb
     dynstep run --step-bytecode SCRIPT   step through the bytecode Dynamo wrote, and into its graphs
+    dynstep diff SCRIPT [--backend B]    diff every compiled graph in SCRIPT against eager and float64
 
 Each verb is a function `cmd_<verb>(args) -> (ok, message)`; only `main()` prints the message
 and exits, so the verbs can be tested in-process and through a subprocess alike.
@@ -63,6 +64,52 @@ def cmd_run(args: argparse.Namespace) -> Result:
     code = run(target, script_args, overrides, module=args.module is not None,
                step_bytecode=args.step_bytecode)
     return code == 0, "", code
+def cmd_diff(args: argparse.Namespace) -> Result:
+    """Run SCRIPT with every torch.compile diffed against eager and float64; exit 1 on divergence."""
+    import os
+    import runpy
+
+    from .eagerdiff.api import config, diffing
+    from .eagerdiff.show import progress_bar
+
+    backend = _backend_arg(args.backend)
+    script = os.path.abspath(args.script)
+    if not os.path.isfile(script):
+        return False, f"dynstep diff: no such script {args.script!r}"
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    sys.argv, sys.path[0:0] = [script, *args.script_args], [os.path.dirname(script)]
+    try:
+        with progress_bar() as progress:
+            cfg = config(backend, mode=args.mode, training=args.training, repro=args.repro,
+                         ladder=not args.no_ladder, progress=progress,
+                         backend_ref=args.backend if ":" in args.backend else None)
+            with diffing(cfg, calls=args.calls) as collector:
+                runpy.run_path(script, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    report = collector.report()
+    report.show()
+    if args.json:
+        report.to_json(args.json)
+    if args.html:
+        report.to_html(args.html)
+    if not report.graphs:
+        return False, "dynstep diff: the script compiled no graph with torch.compile"
+    return report.ok, "" if report.ok else report.summary()
+
+
+def _backend_arg(text: str):
+    """A backend name, or ``module:attribute`` naming a backend callable."""
+    if ":" not in text:
+        return text
+    import importlib
+
+    module, _, attr = text.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"dynstep diff: --backend {text!r}: cannot import {attr!r} from {module!r} ({exc}); "
+                         "expected a backend name like 'inductor' or module:attribute") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +133,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
     run.add_argument("script", nargs="?", help="the script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    diff = sub.add_parser("diff", help=cmd_diff.__doc__)
+    diff.add_argument("script", help="the Python script to run")
+    diff.add_argument("script_args", nargs="*", help="arguments for the script (after --)")
+    diff.add_argument("--backend", default="inductor",
+                      help="backend to diff: a name (default: inductor) or module:attribute")
+    diff.add_argument("--mode", default=None, help="torch.compile mode for the backend")
+    diff.add_argument("--training", action="store_true", help="also diff gradients of every graph")
+    diff.add_argument("--repro", metavar="DIR", help="write a runnable repro of the first divergence to DIR")
+    diff.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    diff.add_argument("--html", metavar="FILE", help="write the report as a self-contained HTML page")
+    diff.add_argument("--calls", type=int, default=1, help="diff the first N calls of each graph (default: 1)")
+    diff.add_argument("--no-ladder", action="store_true", help="skip the backends ladder")
     return parser
 
 
@@ -93,6 +152,7 @@ VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "demo": cmd_demo,
     "doctor": cmd_doctor,
     "run": cmd_run,
+    "diff": cmd_diff,
 }
 
 

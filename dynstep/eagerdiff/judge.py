@@ -1,0 +1,290 @@
+"""Reference and judgement: run an FX graph eagerly and in float64, and judge a compiled value.
+
+The judgement is the one `torch._dynamo.utils.same(..., fp64_ref=...)` uses: a compiled value
+diverges when its RMS error against the float64 reference exceeds the eager value's own RMS
+error against float64 by `factor`, plus an absolute `floor`. A non-finite value where float64
+is finite (or a finite value where float64 is not) always diverges.
+
+    tol = Tolerance()                                   # factor 2 (3 for 16-bit), floor 1e-5
+    m = judge(compiled, eager, fp64, tol)               # Metrics(diverged=..., error=..., ...)
+    for step in Reference(gm, inputs, keep=wanted.__contains__): step.node, step.eager, step.fp64
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    factor: float = 2.0          # compiled error may be this many times the eager error ...
+    factor_low: float = 3.0      # ... or this many for float16/bfloat16 values
+    floor: float = 1e-5          # ... plus this absolute RMS floor (torch's `tol / 10`)
+
+    def budget(self, ref_error: float, dtype: torch.dtype) -> float:
+        factor = self.factor_low if dtype in LOW_PRECISION else self.factor
+        return factor * ref_error + self.floor
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """How a compiled value compares with eager (max_abs, max_rel, cosine) and float64 (errors)."""
+
+    diverged: bool
+    error: float          # RMS of compiled - fp64
+    ref_error: float      # RMS of eager - fp64
+    budget: float         # the largest `error` that passes
+    max_abs: float        # max |compiled - eager|
+    max_rel: float        # max |compiled - eager| / |eager|
+    cosine: float         # cosine similarity of compiled and eager, flattened
+    new_nonfinite: int    # NaN/Inf in compiled where fp64 is finite (or the reverse)
+
+    @property
+    def ratio(self) -> float:
+        if self.ref_error == 0.0:
+            return 0.0 if self.error == 0.0 else math.inf
+        return self.error / self.ref_error
+
+
+CHUNK = 1 << 20  # elements per step: judging streams, so temporaries stay a few MB
+
+
+@dataclasses.dataclass
+class _Sums:
+    err2: float = 0.0
+    ref2: float = 0.0
+    count: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    dot: float = 0.0
+    norm_a: float = 0.0
+    norm_b: float = 0.0
+    bad: int = 0
+
+    def add(self, res: torch.Tensor, ref: torch.Tensor, f64: torch.Tensor) -> None:
+        fin_f, fin_r, fin_e = torch.isfinite(f64), torch.isfinite(res), torch.isfinite(ref)
+        # new: a NaN/Inf in compiled that neither reference has, or a finite value where both have one
+        self.bad += int((~fin_r & ~_same(res, f64) & ~_same(res, ref)).sum() + (fin_r & ~fin_f & ~fin_e).sum())
+        both = fin_f & fin_r & fin_e
+        if not bool(both.all()):
+            res, ref, f64 = res[both], ref[both], f64[both]
+        if not res.numel():
+            return
+        self.count += res.numel()
+        self.err2 += float((res - f64).pow_(2).sum())
+        self.ref2 += float((ref - f64).pow_(2).sum())
+        delta = (res - ref).abs_()
+        self.max_abs = max(self.max_abs, float(delta.max()))
+        self.max_rel = max(self.max_rel, float(delta.div_(ref.abs().clamp_min_(1e-12)).max()))
+        self.dot += float(res @ ref)
+        self.norm_a += float(res @ res)
+        self.norm_b += float(ref @ ref)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a == b) | (a.isnan() & b.isnan())
+
+
+def judge(compiled: torch.Tensor, eager: torch.Tensor, fp64: torch.Tensor | None, tol: Tolerance) -> Metrics:
+    """Judge one compiled tensor against its eager and float64 references (in bounded memory)."""
+    if compiled.shape != eager.shape:
+        return Metrics(True, math.inf, 0.0, 0.0, math.inf, math.inf, math.nan, 0)
+    if not compiled.is_floating_point() and not compiled.is_complex():
+        wrong = int((compiled.cpu() != eager.cpu()).sum())
+        return Metrics(wrong > 0, float(wrong), 0.0, 0.0, float(wrong), float(wrong), math.nan, 0)
+    flat = [t.detach().reshape(-1) for t in (compiled, eager, eager if fp64 is None else fp64)]
+    sums = _Sums()
+    for start in range(0, flat[0].numel(), CHUNK):
+        res, ref, f64 = (t[start:start + CHUNK].cpu().double() for t in flat)
+        sums.add(res, ref, f64)
+    n = max(sums.count, 1)
+    error, ref_error = math.sqrt(sums.err2 / n), math.sqrt(sums.ref2 / n)
+    budget = tol.budget(ref_error, compiled.dtype)
+    denom = math.sqrt(sums.norm_a) * math.sqrt(sums.norm_b)
+    cosine = sums.dot / denom if denom > 0 else (1.0 if sums.norm_a == sums.norm_b else 0.0)
+    return Metrics(sums.bad > 0 or error > budget, error, ref_error, budget, sums.max_abs, sums.max_rel,
+                   cosine, sums.bad)
+
+
+def nonfinite(value: Any) -> int:
+    """How many NaN/Inf a value holds (tensors, nested tuples, Python floats)."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() or value.is_complex():
+            return int((~torch.isfinite(value)).sum())
+        return 0
+    if isinstance(value, float):
+        return 0 if math.isfinite(value) else 1
+    if isinstance(value, (tuple, list)):
+        return sum(nonfinite(v) for v in value)
+    if isinstance(value, dict):
+        return sum(nonfinite(v) for v in value.values())
+    return 0
+
+
+def to_fp64(value: Any) -> Any:
+    """Floating tensors (and float dtypes given as arguments) become float64."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().double() if value.is_floating_point() else value
+    if isinstance(value, torch.dtype):
+        return torch.float64 if value.is_floating_point else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_fp64(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_fp64(v) for k, v in value.items()}
+    return value
+
+
+_LOWERING_METHODS = {"float": torch.float64, "half": torch.float64, "bfloat16": torch.float64}
+
+
+def call_node(node: torch.fx.Node, gm: torch.fx.GraphModule, args: tuple, kwargs: dict, *, fp64: bool) -> Any:
+    """Execute one FX node on concrete values (what `torch.fx.Interpreter` does, per node)."""
+    if node.op == "call_function":
+        return node.target(*args, **kwargs)
+    if node.op == "call_method":
+        self_obj, *rest = args
+        if fp64 and node.target in _LOWERING_METHODS:
+            return self_obj.to(_LOWERING_METHODS[node.target])
+        return getattr(self_obj, node.target)(*rest, **kwargs)
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        if fp64:
+            raise TypeError("call_module nodes run in their own dtype")
+        return module(*args, **kwargs)
+    raise ValueError(f"cannot execute FX node {node.name} with op {node.op!r}")
+
+
+def fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclasses.dataclass
+class Step:
+    """One node of the float64 pass: its float64 value, and its eager value when kept."""
+
+    node: torch.fx.Node
+    eager: Any                  # None unless `keep(node)`
+    fp64: Any
+    fp64_exact: bool            # False when the op could not run in float64 (run at its dtype, upcast)
+
+
+def mutates(graph: torch.fx.Graph) -> bool:
+    for n in graph.nodes:
+        if n.op == "call_method" and n.target.endswith("_") and not n.target.endswith("__"):
+            return True
+        if n.op == "call_function":
+            schema = getattr(n.target, "_schema", None)
+            if schema is not None and schema.is_mutable:
+                return True
+            name = getattr(n.target, "__name__", "")
+            if name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
+                return True
+    return False
+
+
+class Reference:
+    """Runs `gm` eagerly, then in float64, node by node; iterating yields the float64 pass.
+
+    Two passes rather than side by side: each holds only its own live values (dropped at their
+    last use) plus the eager values of the nodes `keep` asks for, so memory stays near an eager
+    run's with float64 copies. The eager pass also finds the first node producing a NaN/Inf
+    its inputs did not contain (`nan_origin`: node, nan count, inf count, value).
+
+        ref = Reference(gm, inputs, keep=lambda n: n in wanted)
+        for step in ref: ...
+        ref.nan_origin
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, inputs: Sequence[Any], keep: Any = None) -> None:
+        self.gm, self.inputs = gm, list(inputs)
+        self.keep = keep or (lambda node: False)
+        self.nan_origin: tuple[torch.fx.Node, Any] | None = None
+        self.dtypes: dict[torch.fx.Node, Any] = {}
+
+    def __iter__(self) -> Iterator[Step]:
+        kept = {step.node: step.eager for step in _run(self.gm, self.inputs, fp64=False, reference=self)
+                if self.keep(step.node)}
+        for step in _run(self.gm, self.inputs, fp64=True, reference=self):
+            step.eager = kept.pop(step.node, None)
+            yield step
+
+
+def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any], *, fp64: bool, reference: Reference) -> Iterator[Step]:
+    copy_inputs = mutates(gm.graph)
+    placeholders = iter(inputs)
+    env: dict[torch.fx.Node, Any] = {}
+    last_use = _last_uses(gm.graph)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            value = next(placeholders)
+            value = value.clone() if copy_inputs and isinstance(value, torch.Tensor) else value
+            reference.dtypes.setdefault(node, _dtypes(value))
+            env[node] = value  # cast to float64 at each use: a copy lives only while an op runs
+            continue
+        if node.op == "get_attr":
+            reference.dtypes.setdefault(node, _dtypes(fetch_attr(gm, node.target)))
+            env[node] = fetch_attr(gm, node.target)
+            continue
+        if node.op == "output":
+            break
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+        exact = True
+        if not fp64:
+            value = call_node(node, gm, args, kwargs, fp64=False)
+            reference.dtypes[node] = _dtypes(value)
+            if reference.nan_origin is None and nonfinite(value) and not nonfinite((args, kwargs)):
+                reference.nan_origin = (node, value)
+        else:
+            try:
+                value = call_node(node, gm, to_fp64(args), to_fp64(kwargs), fp64=True)
+            except (RuntimeError, TypeError, NotImplementedError):  # op without a float64 kernel
+                low_args, low_kwargs = torch.fx.node.map_arg(
+                    (node.args, node.kwargs), lambda a: _back(env[a], reference.dtypes.get(a)))
+                value, exact = to_fp64(call_node(node, gm, low_args, low_kwargs, fp64=False)), False
+        env[node] = value
+        step = Step(node, value if not fp64 else None, value if fp64 else None, exact)
+        # drop every local reference, so a value dies at its last use and not one node later
+        del args, kwargs, value
+        yield step
+        del step
+        for dead in last_use.get(node, ()):
+            env.pop(dead, None)
+
+
+def _dtypes(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.dtype
+    if isinstance(value, (tuple, list)):
+        return tuple(_dtypes(v) for v in value)
+    return None
+
+
+def _back(value: Any, dtype: Any) -> Any:
+    """A float64 value cast back to the dtype(s) the eager pass saw."""
+    if isinstance(value, torch.Tensor) and isinstance(dtype, torch.dtype):
+        return value.to(dtype)
+    if isinstance(value, (tuple, list)) and isinstance(dtype, tuple):
+        return type(value)(_back(v, d) for v, d in zip(value, dtype))
+    return value
+
+
+def _last_uses(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    seen: set[torch.fx.Node] = set()
+    out: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in reversed(graph.nodes):
+        for arg in node.all_input_nodes:
+            if arg not in seen:
+                seen.add(arg)
+                out.setdefault(node, []).append(arg)
+    return out

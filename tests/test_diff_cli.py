@@ -1,0 +1,73 @@
+"""`dynstep diff SCRIPT` through a real subprocess: exit status, JSON, HTML and the repro."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SCRIPT = textwrap.dedent('''
+    import torch
+    import torch.nn.functional as F
+
+    def block(x, w):
+        h = x @ w
+        g = F.gelu(h)  # THE_LINE
+        return g.sum(dim=-1)
+
+    torch.manual_seed(0)
+    fn = torch.compile(block)
+    print("result", fn(torch.randn(4, 8), torch.randn(8, 8)).shape)
+''')
+
+BACKEND = textwrap.dedent('''
+    import sys, torch
+    sys.path.insert(0, {tests!r})
+    import planted
+    BACKEND = planted.swap_op("torch.nn.functional.gelu", "", torch.relu)
+''')
+
+
+def _run(tmp_path, *args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path)]),
+               TORCHINDUCTOR_CACHE_DIR="/tmp/dynstep-inductor-cache", COLUMNS="120")
+    return subprocess.run([sys.executable, "-m", "dynstep", "diff", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _files(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "bad.py").write_text(BACKEND.format(tests=os.path.join(ROOT, "tests")))
+
+
+def test_cli_reports_the_divergent_line_and_exits_nonzero(tmp_path):
+    _files(tmp_path)
+    run = _run(tmp_path, "train.py", "--backend", "bad:BACKEND", "--no-ladder", "--json", "d.json",
+               "--html", "d.html", "--repro", "rep")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "result torch.Size([4])" in run.stdout  # the script ran to its end
+    data = json.loads((tmp_path / "d.json").read_text())
+    first = data["first_divergence"]
+    assert first["source"] == "train.py:7" and first["source_text"] == "g = F.gelu(h)  # THE_LINE"
+    assert "train.py:7" in run.stderr and "DIVERGES" in run.stdout
+    assert "g = F.gelu(h)" in (tmp_path / "d.html").read_text()
+    repro = subprocess.run([sys.executable, "rep/repro.py"], cwd=tmp_path, capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(tmp_path)), timeout=120)
+    assert repro.returncode == 1 and "fresh compile" in repro.stdout, repro.stdout + repro.stderr
+
+
+def test_cli_clean_backend_exits_zero_and_restores_torch_compile(tmp_path):
+    _files(tmp_path)
+    run = _run(tmp_path, "train.py", "--backend", "aot_eager")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "no divergence" in run.stdout
+
+
+def test_cli_names_a_bad_backend_argument(tmp_path):
+    _files(tmp_path)
+    run = _run(tmp_path, "train.py", "--backend", "nosuchmodule:X")
+    assert run.returncode != 0 and "cannot import" in run.stderr
