@@ -297,11 +297,32 @@ def record_memory() -> RecordMemory:
 _cap = int(os.environ.get("DYNSTEP_RECORD_MEMORY", DEFAULT_RECORD_MEMORY_CAP))
 
 
+_immediate = False
+
+
+def set_immediate(on: bool) -> None:
+    """Native hits go to Python as they happen (on) or wait in native rings until read (off).
+
+    Sessions turn this on while a session streams to a file (a crash must not lose hits that sat
+    in native rings) or while sessions are open in more than one thread (each thread's hits must
+    reach its own sessions, not share one ring between reads).
+    """
+    global _immediate
+    if on == _immediate:
+        return
+    drain_native()
+    _immediate = on
+    if _native is not None:
+        for site in SITES.all():
+            if _native.is_registered(site.id) and site.id not in _closed:
+                register_native(site)
+
+
 def action_bits(site: Site) -> int:
     native = _native
     assert native is not None
     bits = native.ACTION_BITS
-    mask = 0
+    mask = bits["python"] if _immediate and site.hand is None else 0
     for action in site.actions:
         mask |= bits[action] if action in NATIVE_ACTIONS else bits["python"]
     hand = site.hand

@@ -125,6 +125,7 @@ class Session:
         with _open_lock:
             _open.append(self)
             _by_thread[threading.get_ident()] = _active.get()
+        _update_delivery()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -136,8 +137,19 @@ class Session:
             if self in _open:
                 _open.remove(self)
             _by_thread[threading.get_ident()] = _active.get()
+        _update_delivery()
         if self._writer is not None:
             self._writer.close()
+
+
+def _update_delivery() -> None:
+    """Streaming sessions, and sessions in several threads, need every hit delivered as it happens."""
+    from .runtime import set_immediate
+
+    with _open_lock:
+        threads = {t for t, scope in _by_thread.items() if any(x in _open for x in scope)}
+        immediate = any(x._writer is not None for x in _open) or len(threads) > 1
+    set_immediate(immediate)
 
 
 def filter_records(snaps: list[Snapshot], selector: str | None, kind: str | None) -> list[Snapshot]:
