@@ -171,6 +171,8 @@ def test_json_and_html_outputs(tmp_path):
     page = report.to_html(str(tmp_path / "d.html"))
     assert "h = F.gelu(self.fc(x))" in page and "blocks.1.mlp" in page
     assert "http" not in page.replace("<!doctype html>", "")  # self-contained: nothing to fetch
+    assert "&amp;times;" not in page and "&amp;lt;" not in page  # nothing escaped twice
+    assert "2\u00d716\u00d732" in page
 
 
 def test_superstep_diff_option_warns_and_collects():

@@ -31,11 +31,12 @@ def _row(d: NodeDiff, first: str | None) -> str:
     cls = "first" if d.node == first and d.kind != "grad" else ("div" if d.diverged else "")
     verdict = ("DIVERGES" if d.diverged else "ok") + (" (own)" if d.own else "") + \
         (f" [{d.kind}]" if d.kind != "value" else "")
-    cells = [str(d.order), d.node, d.target, d.module or "-",
-             f"{d.source or '-'} <code>{html.escape(d.source_text)}</code>",
-             "&times;".join(map(str, d.shape)), d.dtype, _f(d.error), _f(d.ref_error), _f(d.ratio),
-             _f(d.max_abs), _f(d.max_rel), _f(d.cosine), verdict]
-    return f"<tr class='{cls}'>" + "".join(f"<td>{c if '<' in c else html.escape(c)}</td>" for c in cells) + "</tr>"
+    plain = [str(d.order), d.node, d.target, d.module or "-"]
+    rest = ["\u00d7".join(map(str, d.shape)), d.dtype, _f(d.error), _f(d.ref_error), _f(d.ratio),
+            _f(d.max_abs), _f(d.max_rel), _f(d.cosine), verdict]
+    source = f"{html.escape(d.source or '-')} <code>{html.escape(d.source_text)}</code>"
+    cells = [html.escape(c) for c in plain] + [source] + [html.escape(c) for c in rest]
+    return f"<tr class='{cls}'>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
 def _graph(g: GraphDiff) -> str:

@@ -54,7 +54,7 @@ def _nan_line(o: NanOrigin) -> str:
 
 
 def show(report: DiffReport, console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
+    console = console or _wide_console()
     for g in report.graphs:
         console.print(node_table(g))
         if g.first_divergence is not None:
@@ -91,4 +91,10 @@ def progress_bar(console: Console | None = None) -> Iterator[Callable[[str, int,
 
 
 def print_any(value: Any, console: Console | None = None) -> None:
-    (console or Console(highlight=False)).print(value)
+    (console or _wide_console()).print(value)
+
+
+def _wide_console() -> Console:
+    """Tables stay readable when stdout is a pipe or a CI log (rich assumes 80 columns there)."""
+    probe = Console(highlight=False)
+    return Console(highlight=False, width=max(probe.width, 150))
