@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import _compat
 from .bytecode_events import FramesShown, GuardSet, GuardsShown, ValuesShown
 from .bytecode_views import bytecode_view, decompiled_view, source_view
+from . import commandset
 from .errors import Abort
 from .events import CommandFailed, Evaluated, HelpShown, Info, Resumed, emit
 
@@ -258,16 +259,12 @@ class Commands:
 
     def cmd_help(self, arg: str) -> None:
         """help, h: this list."""
-        emit(HelpShown(tuple((_label(n), (getattr(self, f"cmd_{n}").__doc__ or "").strip().splitlines()[0])
-                             for n in command_names())))
+        emit(HelpShown(commandset.help_entries(self, ALIASES)))
 
 
 def command_names() -> list[str]:
-    return sorted(n[4:] for n in dir(Commands) if n.startswith("cmd_"))
+    return commandset.names(Commands)
 
-
-def _label(name: str) -> str:
-    return ", ".join([name, *[a for a, full in ALIASES.items() if full == name]])
 
 
 def _text(value: Any) -> str:

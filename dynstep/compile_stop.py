@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from . import commandset
 from .errors import Abort
 
 
@@ -127,4 +128,4 @@ class CompileStopCommands:
 
 
 def command_names() -> list[str]:
-    return sorted(n[4:] for n in dir(CompileStopCommands) if n.startswith("cmd_"))
+    return commandset.names(CompileStopCommands)

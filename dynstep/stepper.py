@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import torch
 
+from . import commandset
 from .errors import Abort, SelectorError
 from .events import (CommandFailed, Evaluated, GraphShown, HelpShown, Info, Resumed, Stopped, TensorView,
                      WhereShown, emit)
@@ -357,17 +358,12 @@ class Stepper:
 
     def cmd_help(self, arg: str) -> None:
         """help, h: this list."""
-        emit(HelpShown(tuple((_label(n), (getattr(self, f"cmd_{n}").__doc__ or "").strip().splitlines()[0])
-                             for n in command_names())))
+        emit(HelpShown(commandset.help_entries(self, ALIASES)))
 
 
 def command_names() -> list[str]:
-    return sorted(n[4:] for n in dir(Stepper) if n.startswith("cmd_"))
+    return commandset.names(Stepper)
 
-
-def _label(name: str) -> str:
-    short = [a for a, full in ALIASES.items() if full == name]
-    return ", ".join([name, *short])
 
 
 def _text(value: Any) -> str:
