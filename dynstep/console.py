@@ -75,5 +75,5 @@ def snapshots_table(snaps: Sequence[Snapshot], title: str = "probe hits") -> Tab
 
 
 def print_table(snaps: Sequence[Snapshot], title: str = "probe hits", file=None) -> None:
-    console = Console(file=file or sys.stdout, highlight=False, width=max(_out.width, 120))
+    console = Console(file=file or sys.stdout, highlight=False, width=max(_out.width, 140))
     console.print(snapshots_table(snaps, title))
