@@ -317,3 +317,12 @@ def inductor_output_code() -> Iterator[list[str]]:
         yield codes
     finally:
         GraphLowering.save_output_code = saved
+
+
+def print_options() -> dict[str, Any]:
+    # torch/_tensor_str.py: PRINT_OPTS holds what torch.set_printoptions set (no public getter)
+    return dict(torch._tensor_str.PRINT_OPTS.__dict__)
+
+
+def restore_print_options(saved: dict[str, Any]) -> None:
+    torch._tensor_str.PRINT_OPTS.__dict__.update(saved)

@@ -374,12 +374,18 @@ def _text(value: Any) -> str:
 
 
 class _print_options:
+    """Short tensor reprs at a stop, the user's print options restored afterwards."""
+
     def __enter__(self) -> None:
-        self._saved = torch._tensor_str.PRINT_OPTS.__dict__.copy()
+        from ._compat import print_options
+
+        self._saved = print_options()
         torch.set_printoptions(threshold=64, edgeitems=3, precision=4)
 
     def __exit__(self, *exc: object) -> None:
-        torch._tensor_str.PRINT_OPTS.__dict__.update(self._saved)
+        from ._compat import restore_print_options
+
+        restore_print_options(self._saved)
 
 
 def tensor_view(x: Any) -> TensorView | None:
