@@ -23,3 +23,66 @@ def test_private_apis_exist():
 def test_mode_config_matches_torch():
     assert _compat.inductor_config_for_mode(None) == {}
     assert _compat.inductor_config_for_mode("max-autotune-no-cudagraphs")["max_autotune"] is True
+
+
+def test_dynamo_features_breakpoint_relies_on():
+    """One assertion per private Dynamo feature dynstep.breakpoint() uses (see dynstep/_compat.py)."""
+    seen = {}
+
+    def hook(ctx):
+        tx = _compat.comptime_translator(ctx)                      # ComptimeContext -> translator
+        seen["parent"] = tx.parent is not None                      # the caller's frame
+        seen["locals"] = sorted(tx.parent.symbolic_locals)
+        seen["frame"] = tx.parent.frame_summary().name
+        seen["tensor"] = _compat.is_tensor_variable(tx.parent.symbolic_locals["y"])
+        seen["fake"] = tuple(_compat.fake_of(tx.parent.symbolic_locals["y"]).shape)
+        seen["when"] = _compat.function_of_variable(_compat.comptime_local(ctx, "when"))
+        seen["const"] = _compat.python_constant(_compat.comptime_local(ctx, "flag"))
+        seen["recompile"] = _compat.recompile_reason()
+        seen["breaks"] = isinstance(_compat.graph_breaks_so_far(), list)
+        seen["shape_guards"] = isinstance(_compat.shape_guards(tx), list)
+
+    comptime = _compat.comptime()
+
+    def helper(when=None, flag=True):
+        comptime(hook)
+
+    def f(x):
+        y = x * 2
+        helper(when=lambda y: y.sum() > 0)
+        return y
+
+    torch.compile(f, backend="eager", fullgraph=True)(torch.ones(3))
+    assert seen["parent"] and seen["frame"] == "f" and {"x", "y"} <= set(seen["locals"])
+    assert seen["tensor"] and seen["fake"] == (3,)
+    assert callable(seen["when"]) and seen["when"](torch.ones(1)) and seen["const"] == (True, True)
+    assert seen["recompile"] is None and seen["breaks"] and seen["shape_guards"]
+
+
+def test_dynamo_records_an_op_from_a_comptime_hook():
+    import dynstep.ops  # noqa: F401  (defines dynstep::breakpoint)
+
+    def hook(ctx):
+        tx = _compat.comptime_translator(ctx)
+        # the same call dynstep.breakpoint makes: lists of tensor variables and an int
+        _compat.call_op_in_trace(tx, torch.ops.dynstep.breakpoint.default,
+                                 [[tx.parent.symbolic_locals["y"]], []], 0)
+
+    comptime = _compat.comptime()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return lambda *args: (torch.zeros(2),)   # the graph is inspected, not run
+
+    def helper():
+        comptime(hook)
+
+    def f(x):
+        y = x + 1
+        helper()
+        return y
+
+    torch.compile(f, backend=backend, fullgraph=True)(torch.ones(2))
+    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert torch.ops.dynstep.breakpoint.default in targets
