@@ -2,7 +2,7 @@
 
 Run it under the debugger, stopping at what the first attention block returns:
 
-    dynstep run examples/pause_and_step.py --pause "module:blocks.0.attn"
+    dynstep run --pause "module:blocks.0.attn" examples/pause_and_step.py
     (dynstep) p value.abs().max()           # the real tensor, inside the Inductor graph
     (dynstep) set value = value.clamp(-0.1, 0.1)   # every later node sees the new value
     (dynstep) s                              # the next node, whatever it is
@@ -11,8 +11,8 @@ Run it under the debugger, stopping at what the first attention block returns:
 
 Without a terminal, give the commands up front (CI):
 
-    dynstep run examples/pause_and_step.py --pause "module:blocks.0.attn" \\
-        --commands "p value.abs().max(); set value = value.clamp(-0.1, 0.1); c"
+    dynstep run --pause "module:blocks.0.attn" \\
+        --commands "p value.abs().max(); set value = value.clamp(-0.1, 0.1); c" examples/pause_and_step.py
 
 Run plainly (python examples/pause_and_step.py) it is an ordinary torch.compile program.
 """
