@@ -55,7 +55,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
         pause_only = not (opts.probe or opts.diff or opts.nan or opts.grads)
         quiet = pause_mod.copy_graph_module(gm) if pause_only else None
         # before the probes: a probe on the same node then sees the value as computed
-        sites = pause_mod.insert_pauses(gm, pause_mod.PausePlan.build(opts, graph_id))
+        pause_plan = pause_mod.PausePlan.build(opts, graph_id)
+        sites = pause_mod.insert_pauses(gm, pause_plan)
         if quiet is not None:
             if not sites:
                 # no stop point matched here: this graph is compiled exactly as without superstep
@@ -64,8 +65,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
             plain = inner_mod.compile_plain(quiet, example_inputs, opts.inner, mode=opts.mode)
             return pause_mod.two_variants(stepping, plain, sites)
         if opts.grads:
-            passes.insert_grad_pauses(gm, pause_mod.PausePlan.build(opts, graph_id).selectors,
-                                                    graph_id)
+            passes.insert_grad_pauses(gm, pause_plan.selectors, graph_id)
     hooked = inner_mod.has_aot_hooks(opts.inner)
     plan = passes.ProbePlan.build(opts, graph_id, inner_has_aot=hooked)
     if not hooked:

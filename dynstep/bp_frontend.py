@@ -91,10 +91,11 @@ def _site_for(bp: Any, values: dict[str, torch.Tensor]) -> Site:
             where = f"{os.path.basename(bp.file)}:{bp.line}"
             suffix = f"#{bp.occurrence}" if bp.occurrence else ""
             graph = f"{bp.function}[{bp.compile_id}]" if bp.compile_id != "eager" else f"{bp.function} (eager)"
+            shown = next(reversed(values), "")   # the last local assigned: what `value` is bound to
             site = SITES.add(kind="pause", probe="breakpoint", node=f"breakpoint@{bp.line}{suffix}",
                              target="dynstep.breakpoint", module="", source=where, source_text=bp.code,
                              graph=graph, actions=("breakpoint",), capacity=1,
-                             inputs=tuple(n for n in values if n != (list(values)[-1] if values else "")),
-                             user_name=list(values)[-1] if values else "", frames=(f"{bp.file}:{bp.line}",))
+                             inputs=tuple(n for n in values if n != shown), user_name=shown,
+                             frames=(f"{bp.file}:{bp.line}",))
             _sites[key] = site
     return site

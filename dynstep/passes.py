@@ -91,20 +91,24 @@ def insert_grad_pauses(gm: torch.fx.GraphModule, selectors: list[sel.Selector], 
                              target=gi.op_name(node), module=m.module, source=m.source,
                              source_text=gi.source(node)[1], graph=graph_id, capacity=1,
                              frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)))
-            users = [u for u in node.users if not gi.is_dynstep_node(u)]
             own = [u for u in node.users if gi.is_dynstep_node(u) and u.args and u.args[0] is node]
-            after = max(own, key=_order(graph), default=node)
-            with graph.inserting_after(after):
-                tap = graph.call_function(ops.grad_tap, (node, site.id))
-            tap.meta.update(_inherited_meta(node))
-            tap.meta["example_value"] = value
-            for u in users:
-                u.replace_input_with(node, tap)
+            _insert_tap(graph, node, node, value, site.id, after=max(own, key=_order(graph), default=node))
             sites.append(site)
     if sites:
         graph.lint()
         gm.recompile()
     return sites
+
+
+def _insert_tap(graph: torch.fx.Graph, node: torch.fx.Node, value_node: torch.fx.Node, value: torch.Tensor,
+                site_id: int, *, after: torch.fx.Node) -> torch.fx.Node:
+    """`grad_tap(value_node, site)` after `after`; every non-dynstep user of the value reads the tap."""
+    with graph.inserting_after(after):
+        tap = graph.call_function(ops.grad_tap, (value_node, site_id))
+    tap.meta.update(_inherited_meta(node))
+    tap.meta["example_value"] = value
+    value_node.replace_all_uses_with(tap, delete_user_cb=lambda u: u is not tap and not gi.is_dynstep_node(u))
+    return tap
 
 
 def _order(graph: torch.fx.Graph):
@@ -135,13 +139,7 @@ def _probe_node(graph: torch.fx.Graph, node: torch.fx.Node, probe: str, module: 
         out.append(site)
         if grads and getattr(value, "requires_grad", False):
             gsite = SITES.add(kind="grad", actions=actions, **common)
-            with graph.inserting_after(cursor[value_node]):
-                tap = graph.call_function(ops.grad_tap, (value_node, gsite.id))
-            tap.meta.update(_inherited_meta(node))
-            tap.meta["example_value"] = value
-            value_node.replace_all_uses_with(
-                tap, delete_user_cb=lambda u: u is not tap and not gi.is_dynstep_node(u))
-            cursor[value_node] = tap
+            cursor[value_node] = _insert_tap(graph, node, value_node, value, gsite.id, after=cursor[value_node])
             out.append(gsite)
     return out
 
