@@ -5,8 +5,8 @@
     native.status()    # NativeStatus(loaded=..., reason=..., path=...), shown by `dynstep doctor`
 
 The first call builds the extension with `torch.utils.cpp_extension.load` into a cache directory
-(`$DYNSTEP_CACHE_DIR` or `~/.cache/dynstep`, one folder per torch version) and logs that it is
-doing so; later processes load the cached library. `DYNSTEP_NATIVE=0` turns native kernels off.
+(`$DYNSTEP_CACHE_DIR` or `~/.cache/dynstep`, one folder per torch version and content of the
+sources) and logs that it is doing so; later processes load the cached library. `DYNSTEP_NATIVE=0` turns native kernels off.
 Installing dynstep never needs a compiler: without one, the Python kernel stays in place and
 `dynstep doctor` says why.
 """
@@ -14,6 +14,7 @@ Installing dynstep never needs a compiler: without one, the Python kernel stays 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import threading
@@ -55,12 +56,22 @@ def disabled_reason() -> str | None:
 
 
 def cache_dir() -> Path:
+    """One build folder per torch version and per content of the sources: an upgraded dynstep (or a
+    second checkout) never loads a library built from other sources, and two never share a folder."""
     import torch
 
     root = os.environ.get("DYNSTEP_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dynstep")
     tag = "torch" + torch.__version__.replace("+", "_")
-    return Path(root) / "native" / tag
+    return Path(root) / "native" / f"{tag}-{_sources_digest()}"
+
+
+def _sources_digest() -> str:
+    digest = hashlib.sha256()
+    for name in sorted(SOURCES + CUDA_SOURCES + HEADERS):
+        path = CSRC / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
+    return digest.hexdigest()[:12]
 
 
 def load() -> "_native_ext | None":
@@ -93,7 +104,7 @@ def _build() -> tuple[ModuleType | None, NativeStatus]:
     build.mkdir(parents=True, exist_ok=True)
     fresh = not any(build.glob("dynstep_native*.so"))
     if fresh:
-        log.warning("dynstep: building the native probe kernel into %s (once per torch version; "
+        log.warning("dynstep: building the native probe kernel into %s (once per torch version and kernel source; "
                     "about a minute; DYNSTEP_NATIVE=0 skips it)", build)
     start = time.perf_counter()
     sources, flags = list(SOURCES), ["-O3"]
