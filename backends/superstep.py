@@ -14,6 +14,7 @@ is needed. With no options the graph goes to the inner compiler untouched.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -36,8 +37,6 @@ def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
     if opts.diff:
         # diff the graph as Dynamo gave it (before any probe), then run it as the other options say
-        import dataclasses
-
         from dynstep.eagerdiff.api import superstep_diff
 
         reference = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
@@ -45,6 +44,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
         return superstep_diff(reference, example_inputs, opts.inner, opts.mode, compiled=compiled)
     if opts.transparent:
         return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
+    if (opts.probe or opts.nan) and not _probes_enabled():
+        # dynstep.probes.disable(): this variant has no probe at all (a guard recompiles on a flip)
+        opts = dataclasses.replace(opts, probe=(), nan=None)
+        if opts.transparent:
+            return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
     from dynstep import passes
     from dynstep import pause as pause_mod
 
@@ -77,6 +81,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     rewrite = functools.partial(passes.rewrite_partitioned, plan=plan)
     return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
                                     rewrite=lambda g, is_backward: rewrite(g, is_backward=is_backward))
+
+
+def _probes_enabled() -> bool:
+    from dynstep import probes
+
+    return probes.specialize()
 
 
 def superstep(**options: Any) -> Callable[..., Any]:

@@ -13,6 +13,10 @@
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <c10/util/SmallVector.h>
 #include <pthread.h>
 
@@ -36,7 +40,15 @@ py::object* g_fallback = nullptr;     // runtime.on_probe(x, site): the full Pyt
 
 const char* dtype_name(at::ScalarType t) { return dynstep::dtype_name(static_cast<int>(t)); }
 
-bool native_dtype(at::ScalarType t) { return std::string(dtype_name(t)) != "unsupported"; }
+bool native_dtype(at::ScalarType t) {  // the dtypes dtype_name knows (probe_state.h)
+  switch (t) {
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
+    case at::kHalf: case at::kFloat: case at::kDouble: case at::kBool: case at::kBFloat16:
+      return true;
+    default:
+      return false;
+  }
+}
 
 void check_against_expected(const at::Tensor& x, SiteState& s, int64_t call) {
   std::string header = header_mismatch(*s.compare, x.sizes().vec(), static_cast<int>(x.scalar_type()), call);
@@ -142,6 +154,67 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
   }
   if (python_hit) call_python(g_on_hit, x, site, call, st);
 }
+
+// ---- the direct call Inductor's Python wrapper makes (dynstep/fastpath.py) ------------------
+//
+// `torch.ops.dynstep.probe.default(buf, site)` from Python parses its arguments against the
+// schema, boxes them, computes the dispatch key set and releases the GIL: about 2-3 µs, several
+// times what the kernel itself does on a small tensor. Inductor's generated wrapper calls this
+// instead. It goes through the dispatcher only when something above the CPU kernel could act:
+// a non-CPU or non-strided tensor (the CUDA kernel), a Python tensor subclass or fake tensor, or
+// an active TorchDispatchMode. It shows up in torch.profiler as dynstep::probe, like the op.
+
+bool direct_ok(const at::Tensor& x) {
+  return x.device().is_cpu() && x.layout() == at::kStrided &&
+         !x.key_set().has(c10::DispatchKey::Python) &&
+         !c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python);
+}
+
+// Large tensors: release the GIL for the pass over the data, as torch.ops does for every call.
+constexpr int64_t kReleaseGilBytes = int64_t(1) << 16;
+
+void probe_dispatch(const at::Tensor& x, int64_t site) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("dynstep::probe", "")
+                       .typed<void(const at::Tensor&, int64_t)>();
+  py::gil_scoped_release no_gil;
+  op.call(x, site);
+}
+
+void probe_direct(const at::Tensor& x, int64_t site) {
+  if (!direct_ok(x)) {
+    probe_dispatch(x, site);
+    return;
+  }
+  RECORD_FUNCTION("dynstep::probe", std::vector<c10::IValue>({x, site}));
+  if (x.numel() * static_cast<int64_t>(x.element_size()) >= kReleaseGilBytes) {
+    py::gil_scoped_release no_gil;
+    probe_cpu(x, site);
+  } else {
+    probe_cpu(x, site);
+  }
+}
+
+// A METH_FASTCALL function rather than a pybind11 def: no overload resolution or argument
+// casters on the hot path (about a third of the call's cost on a small tensor). Errors reach
+// Python as torch.ops would raise them (torch/csrc/Exceptions.h: HANDLE_TH_ERRORS).
+PyObject* probe_fastcall(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 2 || !THPVariable_Check(args[0]) || !PyLong_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "dynstep_native.probe(x: Tensor, site: int) takes a tensor and an int");
+    return nullptr;
+  }
+  const int64_t site = PyLong_AsLongLong(args[1]);
+  if (site == -1 && PyErr_Occurred()) return nullptr;
+  probe_direct(THPVariable_Unpack(args[0]), site);
+  Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef g_probe_def = {"probe", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(probe_fastcall)),
+                           METH_FASTCALL,
+                           "probe(x, site): dynstep::probe without the Python->dispatcher path "
+                           "(Inductor's Python wrapper calls this through dynstep.fastpath)"};
 
 // ---- the pybind11 surface (dynstep/_native_ext.pyi) ----------------------------------------
 
@@ -276,6 +349,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_memory_cap", [](int64_t bytes) { Registry::get().set_cap(bytes); });
   m.def("memory", []() { return py::make_tuple(Registry::get().held(), Registry::get().cap()); });
   m.def("stats_of", &stats_of);
+  m.add_object("probe", py::reinterpret_steal<py::object>(PyCFunction_New(&g_probe_def, nullptr)));
   m.attr("ACTION_BITS") = py::dict(
       py::arg("summary") = int64_t(kSummary), py::arg("record") = int64_t(kRecord),
       py::arg("print") = int64_t(kPrint), py::arg("nan") = int64_t(kNan),

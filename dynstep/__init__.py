@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from .storage import Recording, load
 
 
-_SUBMODULES = {"breakpoints", "compile_stop", "stepper", "selectors", "sessions", "storage", "records"}
+_SUBMODULES = {"breakpoints", "probes", "compile_stop", "stepper", "selectors", "sessions", "storage", "records"}
 
 
 def __getattr__(name: str) -> Any:

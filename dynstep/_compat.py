@@ -319,6 +319,63 @@ def inductor_output_code() -> Iterator[list[str]]:
         GraphLowering.save_output_code = saved
 
 
+WRAPPER_CODEGEN_MODULE = "torch._inductor.codegen.custom_extern_kernel_codegen"
+
+
+def register_wrapper_codegen(kernel_name: str, codegen: Callable[[Any, Callable[[str], None]], None]) -> bool:
+    # torch/_inductor/codegen/custom_extern_kernel_codegen.py: CUSTOM_EXTERN_KERNEL_CODEGEN maps a
+    # fallback kernel's python_kernel_name ("torch.ops.ns.op.default") to a function that writes its
+    # line in the Python wrapper (torch/_inductor/codegen/wrapper.py: generate_fallback_kernel);
+    # the C++ wrapper (cpp_wrapper=True) never consults it. Torch without it (2.11 and older):
+    # False, and Inductor keeps writing the op call.
+    try:
+        from torch._inductor.codegen.custom_extern_kernel_codegen import (
+            CUSTOM_EXTERN_KERNEL_CODEGEN,
+            CustomCodegen,
+        )
+    except ImportError:
+        return False
+    CUSTOM_EXTERN_KERNEL_CODEGEN.setdefault(kernel_name, CustomCodegen(python=codegen))
+    return True
+
+
+def inductor_codegen_loaded() -> bool:
+    # torch/_inductor/codegen/wrapper.py imports custom_extern_kernel_codegen; once it is loaded,
+    # registering there costs nothing (no Inductor import on dynstep's behalf).
+    import sys
+
+    return "torch._inductor.codegen.wrapper" in sys.modules
+
+
+def wrapper_import(line: str) -> None:
+    # torch/_inductor/codegen/wrapper.py: PythonWrapperCodegen.add_import_once puts a line among
+    # the generated module's imports, once per graph (torch/_inductor/virtualized.py: V.graph is
+    # the GraphLowering being generated).
+    from torch._inductor.virtualized import V
+
+    V.graph.wrapper_code.add_import_once(line)
+
+
+def guard_module_constant(module: str, attribute: str) -> bool:
+    # torch/_dynamo/source.py: ImportSource + AttrSource name a module attribute the way Dynamo's
+    # own guards do; torch/_dynamo/guards.py: install_guard adds the guard to the frame being
+    # compiled (a backend runs inside Dynamo's TracingContext, before the frame's guards are built)
+    # and CONSTANT_MATCH compares the value, so a change recompiles the frame and both entries stay
+    # in Dynamo's cache. False outside a Dynamo compile (nothing to guard).
+    from torch._dynamo.guards import GuardBuilder, install_guard
+    from torch._dynamo.source import AttrSource, ImportSource
+    from torch._guards import TracingContext
+
+    if TracingContext.try_get() is None:
+        return False
+    top, *path = module.split(".")
+    source: Any = ImportSource(top)
+    for part in (*path, attribute):
+        source = AttrSource(source, part)
+    install_guard(source.make_guard(GuardBuilder.CONSTANT_MATCH))
+    return True
+
+
 def print_options() -> dict[str, Any]:
     # torch/_tensor_str.py: PRINT_OPTS holds what torch.set_printoptions set (no public getter)
     return dict(torch._tensor_str.PRINT_OPTS.__dict__)

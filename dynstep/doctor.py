@@ -42,6 +42,11 @@ def report() -> tuple[list[str], bool]:
             why = ("native: " + ",".join(native) if native else "Python kernel only") + \
                 ("; missing " + "; ".join(missing) if missing else "")
         lines.append(f"  dynstep::{name:<12} {', '.join(keys):<40} {why}")
+    from . import fastpath, probes
+
+    lines.append(f"Inductor's wrapper calls dynstep::probe by: {fastpath.status()}")
+    lines.append(f"probes: {'enabled' if probes.enabled() else 'disabled'} "
+                 "(dynstep.probes.enable()/disable(), DYNSTEP_PROBES=0)")
     mod = native_mod.get()
     if mod is not None:
         held, cap = mod.memory()

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from . import probes as _switch
 from .errors import CheckFailed
 from .records import Snapshot
 
@@ -144,7 +145,9 @@ class TensorProbe:
 
     # -- use ----------------------------------------------------------------------------------
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self._site_id is not None and not self._closed:
+        # Traced by Dynamo, these reads become guards: closing the probe or flipping
+        # dynstep.probes recompiles the caller's graph without the op (see dynstep/probes.py).
+        if self._site_id is not None and not self._closed and _switch.ENABLED:
             torch.ops.dynstep.probe(x, self._site_id)
         return x
 

@@ -86,3 +86,19 @@ def test_dynamo_records_an_op_from_a_comptime_hook():
     torch.compile(f, backend=backend, fullgraph=True)(torch.ones(2))
     targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
     assert torch.ops.dynstep.breakpoint.default in targets
+
+
+def test_inductor_and_guard_hooks_the_probe_fast_path_and_switch_use():
+    """dynstep.fastpath (wrapper codegen registry, add_import_once) and dynstep.probes (a guard
+    installed by a backend) on the installed torch; test_fastpath/test_probes check the behaviour."""
+    from torch._dynamo.guards import GuardBuilder, install_guard
+    from torch._dynamo.source import AttrSource, ImportSource
+    from torch._inductor.codegen.custom_extern_kernel_codegen import CUSTOM_EXTERN_KERNEL_CODEGEN, CustomCodegen
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    assert isinstance(CUSTOM_EXTERN_KERNEL_CODEGEN, dict) and CustomCodegen(python=print).python is print
+    assert "CUSTOM_EXTERN_KERNEL_CODEGEN" in PythonWrapperCodegen.generate_fallback_kernel.__code__.co_names
+    assert "add_import_once" in PythonWrapperCodegen.__init__.__code__.co_names
+    assert callable(install_guard) and hasattr(GuardBuilder, "CONSTANT_MATCH")
+    assert callable(AttrSource) and callable(ImportSource)  # built only inside a compile (test_probes)
+    assert _compat.guard_module_constant("dynstep.probes", "ENABLED") is False  # outside a compile
