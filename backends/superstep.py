@@ -76,9 +76,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
         passes.warn_aten_without_aot(plan, opts.inner_name)
     passes.insert_probes(gm, plan, aten_level=False)
     _compat.trace_artifact("dynstep_probed_graph", lambda: gm.print_readable(print_output=False))
+    if opts.inner == "eager":
+        return passes.direct_probe_calls(gm).forward
     if not hooked:
         return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
     rewrite = functools.partial(passes.rewrite_partitioned, plan=plan)
+    if opts.inner == "aot_eager":  # Python runs these graphs: no token per probe, no dispatcher
+        return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
+                                        rewrite=lambda g, is_backward: passes.direct_probe_calls(
+                                            rewrite(g, is_backward=is_backward)))
     return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
                                     rewrite=lambda g, is_backward: rewrite(g, is_backward=is_backward))
 

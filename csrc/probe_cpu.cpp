@@ -349,7 +349,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_memory_cap", [](int64_t bytes) { Registry::get().set_cap(bytes); });
   m.def("memory", []() { return py::make_tuple(Registry::get().held(), Registry::get().cap()); });
   m.def("stats_of", &stats_of);
-  m.add_object("probe", py::reinterpret_steal<py::object>(PyCFunction_New(&g_probe_def, nullptr)));
+  // __module__ set, so torch.fx can name it when a graph calls it (dynstep.passes.direct_probe_calls)
+  m.add_object("probe", py::reinterpret_steal<py::object>(
+                            PyCFunction_NewEx(&g_probe_def, nullptr, m.attr("__name__").ptr())));
   m.attr("ACTION_BITS") = py::dict(
       py::arg("summary") = int64_t(kSummary), py::arg("record") = int64_t(kRecord),
       py::arg("print") = int64_t(kPrint), py::arg("nan") = int64_t(kNan),

@@ -104,6 +104,12 @@ def is_fake(t: Any) -> bool:
     return isinstance(t, FakeTensor)
 
 
+def with_effects_op() -> Any:
+    # torch/_higher_order_ops/effects.py: AOTAutograd wraps every effectful op call as
+    # with_effects(token, op, *args) -> (token, *results) and threads the token through the graph.
+    return torch.ops.higher_order.with_effects
+
+
 def has_kernel(qualname: str, dispatch_key: str) -> bool:
     # torch/_C (c10 dispatcher): _dispatch_has_kernel_for_dispatch_key
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(qualname, dispatch_key))

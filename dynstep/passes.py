@@ -182,6 +182,43 @@ def warn_aten_without_aot(plan: ProbePlan, inner: str) -> None:
                           stacklevel=2)
 
 
+def direct_probe_calls(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """For a graph that Python runs node by node (aot_eager, eager): call the probe through
+    `dynstep.fastpath` instead of the op, and drop AOTAutograd's effect tokens around it.
+
+    Run eagerly, `with_effects(token, dynstep.probe, x, site)` goes through the higher-order op's
+    Python dispatch (about 80 µs per probe, bench/probe_overhead.py: tokens), and an op call
+    through the dispatcher costs microseconds more than the direct entry. An FX graph runs its
+    nodes in order, so the order the token enforced holds without it (Inductor removes the
+    tokens itself and is not given this graph).
+    """
+    from . import _compat, fastpath
+
+    graph = gm.graph
+    with_effects = _compat.with_effects_op()
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is ops.probe:
+            node.target = fastpath.probe
+            changed = True
+        elif node.target is with_effects and node.args[1] is ops.probe:
+            token = node.args[0]
+            with graph.inserting_before(node):
+                call = graph.call_function(fastpath.probe, tuple(node.args[2:]))
+            call.meta.update(_inherited_meta(node))
+            for user in list(node.users):  # getitem(with_effects, 0): the token, passed on unchanged
+                user.replace_all_uses_with(token)
+                graph.erase_node(user)
+            graph.erase_node(node)
+            changed = True
+    if changed:
+        graph.lint()
+        gm.recompile()
+    return gm
+
+
 def rewrite_partitioned(gm: torch.fx.GraphModule, plan: ProbePlan, is_backward: bool) -> torch.fx.GraphModule:
     """The inner compiler's hook on AOTAutograd's forward/backward/inference graphs."""
     graph = gm.graph
