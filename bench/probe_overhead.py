@@ -1,78 +1,278 @@
-"""Probe overhead on a small transformer under Inductor on CPU, against plain torch.compile, in one run.
+"""What probes cost under CPU Inductor, each figure against a baseline taken in the same run.
 
-    python bench/probe_overhead.py [--layers 4] [--rounds 7] [--iters 50]
+    python bench/probe_overhead.py               # every part (about five minutes on 2 cores)
+    python bench/probe_overhead.py --quick       # fewer rounds
+    python bench/probe_overhead.py --only model|kernel|record|calls|tokens [--json out.json]
 
-Variants, each compiled once and then timed in interleaved rounds (median of round means):
-  plain       torch.compile(model)                                   (the baseline)
-  superstep   backend="superstep", no options (transparent)
-  summary     probes on every block output + every block's attn and mlp, action summary
-  record      the same probes, action record (CPU copy into the ring)
-Prints time per step, the ratio to plain, and the cost per probe hit in microseconds.
+Parts (one torch thread throughout; timings are medians of interleaved rounds):
+  model   TinyGPT (4 layers) through superstep: plain torch.compile, superstep with no options,
+          probes switched off with dynstep.probes.disabled(), summary probes, record probes.
+  kernel  a graph of 8 elementwise ops with a probe after each, on 64 and 16 Mi float32 elements:
+          unprobed, probes switched off, probe sites with no action (the op is still called),
+          summary, record; for three ways of running the probe, each in its own process with
+          its own unprobed baseline: the Python kernel (DYNSTEP_NATIVE=0), the native kernel
+          called as Inductor writes extern ops (DYNSTEP_FAST_PROBE=0), and the native kernel
+          called directly from Inductor's wrapper (the default, dynstep/fastpath.py).
+  record  one record hit on 16 Mi float32 against `dst.copy_(x)` of the same bytes.
+  calls   where an eager probe call's time goes: torch.ops (Python -> dispatcher) vs the direct
+          entry, with no action and with summary, against a Python no-op call.
+  tokens  the effect-token plumbing: summary probes on the 8-op graph (64 elements) inserted by
+          superstep under inner eager, aot_eager (superstep drops AOTAutograd's run-time tokens:
+          dynstep.passes.direct_probe_calls) and inductor (which removes them itself), and the same
+          probes hand-placed in a function compiled by plain aot_eager, where each probe still
+          runs through torch's `with_effects`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+import types
+from collections.abc import Callable
 
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "/tmp/dynstep-inductor-cache")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "dynstep-inductor-cache"))
 
 import torch  # noqa: E402
 
-import dynstep  # noqa: E402
-from dynstep.demo.model import make  # noqa: E402
-
-PROBES = ["module:blocks.*", "module:blocks.*.attn", "module:blocks.*.mlp"]
-
-
-def build(variant: str, model):
-    if variant == "plain":
-        return torch.compile(model)
-    if variant == "superstep":
-        return torch.compile(model, backend="superstep")
-    return torch.compile(model, backend="superstep",
-                         options={"inner": "inductor", "probe": PROBES, "actions": [variant], "record": 4})
+N_OPS = 8
+MODEL_PROBES = ["module:blocks.*", "module:blocks.*.attn", "module:blocks.*.mlp"]
+PATHS = {"python": {"DYNSTEP_NATIVE": "0"}, "native-op": {"DYNSTEP_FAST_PROBE": "0"}, "native-direct": {}}
 
 
-def time_calls(fn, x, iters: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn(x)
-    return (time.perf_counter() - t0) / iters
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int, iters: int,
+                probes_off: frozenset[str] = frozenset()) -> dict[str, float]:
+    """Median over `rounds` of the mean seconds per call; variants alternate within each round.
+    Variants named in `probes_off` run with dynstep.probes switched off for the whole timing."""
+    from dynstep import probes
+
+    def timed(name: str, fn: Callable[[], object], n: int) -> float:
+        off = name in probes_off
+        if off:
+            probes.disable()
+        try:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            return (time.perf_counter() - t0) / n
+        finally:
+            if off:
+                probes.enable()
+
+    for name, fn in fns.items():
+        timed(name, fn, 2)
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(timed(name, fn, iters))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def sites(actions: tuple[str, ...], n: int = N_OPS) -> list[int]:
+    from dynstep.sites import SITES
+
+    return [SITES.add(kind="value", probe="bench", node=f"n{i}", target="t", module="", source="bench:1",
+                      source_text="", graph="bench", actions=actions, capacity=1).id for i in range(n)]
+
+
+# -- model: TinyGPT through superstep -------------------------------------------------------------
+def part_model(quick: bool) -> dict:
+    import dynstep
+    from dynstep.demo.model import make
+
+    model, idx = make(layers=4)
+    model.eval()
+    builds = {
+        "plain": lambda: torch.compile(model),
+        "superstep": lambda: torch.compile(model, backend="superstep"),
+        "summary": lambda: torch.compile(model, backend="superstep",
+                                         options={"probe": MODEL_PROBES, "actions": ["summary"], "record": 4}),
+        "record": lambda: torch.compile(model, backend="superstep",
+                                        options={"probe": MODEL_PROBES, "actions": ["record"], "record": 4}),
+    }
+    with torch.no_grad(), dynstep.session(summaries=64):
+        compiled = {k: b() for k, b in builds.items()}
+        fns: dict[str, Callable[[], object]] = {k: (lambda f=f: f(idx)) for k, f in compiled.items()}
+        fns["probes off"] = fns["summary"]  # the same compiled model, switched off
+        med = interleaved(fns, 5 if quick else 9, 50, probes_off=frozenset({"probes off"}))
+    return {"probes_per_step": 3 * 4, "us": {k: v * 1e6 for k, v in med.items()}}
+
+
+def print_model(res: dict) -> None:
+    us, n = res["us"], res["probes_per_step"]
+    print(f"\n[model] TinyGPT 4 layers, dim 32, seq 16, batch 2, inference, {n} probes per step")
+    print(f"{'variant':<12} {'us/step':>10} {'ratio':>7} {'us/probe':>9}")
+    for k in ("plain", "superstep", "probes off", "summary", "record"):
+        per = (us[k] - us["superstep"]) / n if k in ("summary", "record") else None
+        print(f"{k:<12} {us[k]:10.1f} {us[k] / us['plain']:7.3f} {'' if per is None else f'{per:9.2f}'}")
+
+
+# -- kernel: 8 elementwise ops, a probe after each --------------------------------------------------
+def eight_ops(site_ids: list[int] | None, tag: str, backend: str = "inductor"):
+    from dynstep import probes
+
+    def f(x):
+        for i in range(N_OPS):
+            x = x * 1.0001 + 0.5 if i % 2 else torch.sin(x)
+            if site_ids is not None and probes.ENABLED:  # what TensorProbe does: a Dynamo guard
+                torch.ops.dynstep.probe(x, site_ids[i])
+        return x
+
+    # a code object per variant: Dynamo caches per code object, and one variant must not pay
+    # for checking the guards of the others
+    code = f.__code__.replace(co_name=f"eight_ops_{tag.replace(' ', '_')}")
+    fn = types.FunctionType(code, f.__globals__, code.co_name, None, f.__closure__)
+    return torch.compile(fn, backend=backend, fullgraph=True)
+
+
+def part_kernel(quick: bool) -> dict:
+    import dynstep
+
+    out: dict = {}
+    sizes = {"small": (64, 5 if quick else 9, 300), "large": (16 * 1024 * 1024, 2 if quick else 3, 1)}
+    for label, (n, rounds, iters) in sizes.items():
+        x = torch.randn(n)
+        compiled = {"unprobed": eight_ops(None, "unprobed")}
+        for actions in [(), ("summary",), ("record",)]:
+            name = "+".join(actions) or "no action"
+            compiled[name] = eight_ops(sites(actions), name)
+        fns: dict[str, Callable[[], object]] = {k: (lambda f=f: f(x)) for k, f in compiled.items()}
+        fns["probes off"] = fns["summary"]  # the same compiled function, switched off
+        if label == "large" and os.environ.get("DYNSTEP_NATIVE") == "0":
+            fns.pop("summary")  # seconds per call in Python; its record row already shows the scale
+        with dynstep.session(summaries=4):
+            med = interleaved(fns, rounds, iters, probes_off=frozenset({"probes off"}))
+        out[label] = {k: v * 1e6 for k, v in med.items()}
+    return out
+
+
+def kernel_in_child(path: str, quick: bool) -> dict:
+    env = {**os.environ, **PATHS[path], "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="dynstep-bench-")}
+    cmd = [sys.executable, __file__, "--child-kernel"] + (["--quick"] if quick else [])
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def print_kernel(by_path: dict) -> None:
+    print(f"\n[kernel] {N_OPS} elementwise ops, a probe after each ({N_OPS} probes per call), Inductor")
+    print(f"{'size':<6} {'probe path':<14} {'variant':<11} {'call us':>12} {'us/probe':>10} {'ratio':>7}")
+    for label in ("small", "large"):
+        for path, res in by_path.items():
+            row = res[label]
+            base = row["unprobed"]
+            for k in ("unprobed", "probes off", "no action", "summary", "record"):
+                if k not in row:
+                    continue
+                per = (row[k] - base) / N_OPS
+                print(f"{label:<6} {path:<14} {k:<11} {row[k]:12.1f} "
+                      f"{'' if k in ('unprobed', 'probes off') else f'{per:10.2f}':>10} {row[k] / base:7.3f}")
+
+
+# -- record vs copy, and the call paths ------------------------------------------------------------
+def part_record(quick: bool) -> dict:
+    import dynstep
+    from dynstep import fastpath
+
+    x = torch.randn(16 * 1024 * 1024)
+    dst = torch.empty_like(x)
+    (rec,) = sites(("record",), 1)
+    with dynstep.session(summaries=1):
+        med = interleaved({"record": lambda: fastpath.probe(x, rec), "copy": lambda: dst.copy_(x)},
+                          7 if quick else 15, 3)
+    return {"bytes": x.numel() * 4, "record_ms": med["record"] * 1e3, "copy_ms": med["copy"] * 1e3,
+            "ratio": med["record"] / med["copy"]}
+
+
+def part_calls(quick: bool) -> dict:
+    import dynstep
+    from dynstep import native
+
+    mod = native.get()
+    x = torch.randn(64)
+    (bare,) = sites((), 1)
+    (summ,) = sites(("summary",), 1)
+    op = torch.ops.dynstep.probe.default
+    fns = {"python no-op call": lambda: None, "torch.sin(x)": lambda: torch.sin(x),
+           "torch.ops, no action": lambda: op(x, bare), "direct, no action": lambda: mod.probe(x, bare),
+           "torch.ops, summary": lambda: op(x, summ), "direct, summary": lambda: mod.probe(x, summ)}
+    with dynstep.session(summaries=4):
+        med = interleaved(fns, 5 if quick else 9, 5000)
+    return {k: v * 1e6 for k, v in med.items()}
+
+
+def part_tokens(quick: bool) -> dict:
+    """Per-probe cost (summary, 64 elements) by inner compiler, superstep inserting the probes,
+    and for hand-placed probes compiled by plain aot_eager (torch's own token plumbing)."""
+    import dynstep
+
+    x = torch.randn(64)
+    opts = {"probe": ["op:sin", "op:add"], "actions": ["summary"]}  # 8 probes: 4 sin, 4 add
+    fns: dict[str, Callable[[], object]] = {}
+    for inner in ("eager", "aot_eager", "inductor"):
+        plain = eight_ops(None, f"{inner}_plain", inner)
+        probed = eight_ops(None, f"{inner}_superstep", dynstep.superstep(inner=inner, **opts))
+        fns[inner], fns[f"{inner} probed"] = (lambda f=plain: f(x)), (lambda f=probed: f(x))
+    hand = eight_ops(sites(("summary",)), "aot_eager_hand", "aot_eager")
+    fns["aot_eager hand-placed probed"] = lambda: hand(x)
+    with dynstep.session(summaries=4):
+        med = interleaved(fns, 5 if quick else 9, 200)
+    out = {f"superstep, inner={b}": (med[f"{b} probed"] - med[b]) / N_OPS * 1e6
+           for b in ("eager", "aot_eager", "inductor")}
+    out["hand-placed, plain aot_eager"] = (med["aot_eager hand-placed probed"] - med["aot_eager"]) / N_OPS * 1e6
+    return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--iters", type=int, default=50)
-    args = parser.parse_args()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=("model", "kernel", "record", "calls", "tokens"))
+    ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--child-kernel", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
     torch.set_num_threads(1)
-    model, idx = make(layers=args.layers)
-    model.eval()
-    variants = ["plain", "superstep", "summary", "record"]
-    fns = {}
-    with torch.no_grad(), dynstep.session(summaries=64):
-        for v in variants:
-            fns[v] = build(v, model)
-            for _ in range(5):
-                fns[v](idx)
-        samples: dict[str, list[float]] = {v: [] for v in variants}
-        for _ in range(args.rounds):
-            for v in variants:
-                samples[v].append(time_calls(fns[v], idx, args.iters))
-    med = {v: statistics.median(s) for v, s in samples.items()}
-    probes = 3 * args.layers
-    print(f"probe_overhead: TinyGPT layers={args.layers} dim=32 seq=16 batch=2, Inductor CPU, 1 thread, "
-          f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
-    print(f"{'variant':<10} {'us/step':>10} {'ratio':>7} {'us/probe':>9}")
-    for v in variants:
-        per_probe = (med[v] - med["superstep"]) / probes * 1e6 if v in ("summary", "record") else float("nan")
-        print(f"{v:<10} {med[v] * 1e6:10.1f} {med[v] / med['plain']:7.3f} {per_probe:9.1f}")
-    print(f"probes per step: {probes}; no-selector ratio (target <= 1.02): {med['superstep'] / med['plain']:.3f}")
+    if args.child_kernel:
+        import dynstep.ops  # noqa: F401  (the native kernel, unless DYNSTEP_NATIVE=0)
+
+        print(json.dumps(part_kernel(args.quick)))
+        return
+    from dynstep import fastpath, native
+    import dynstep.ops  # noqa: F401
+
+    if native.get() is None:
+        sys.exit(f"native kernel not loaded: {native.status().reason}")
+    print(f"probe_overhead: torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, 1 thread; "
+          f"wrapper: {fastpath.status()}")
+    results: dict = {}
+    want = (lambda p: args.only in (None, p))
+    if want("model"):
+        results["model"] = part_model(args.quick)
+        print_model(results["model"])
+    if want("kernel"):
+        results["kernel"] = {p: kernel_in_child(p, args.quick) for p in PATHS}
+        print_kernel(results["kernel"])
+    if want("record"):
+        rc = results["record"] = part_record(args.quick)
+        print(f"\n[record] one 16 Mi float32 tensor ({rc['bytes'] >> 20} MiB): record {rc['record_ms']:.2f} ms, "
+              f"dst.copy_(x) {rc['copy_ms']:.2f} ms -> record/copy {rc['ratio']:.3f}")
+    if want("calls"):
+        calls = results["calls"] = part_calls(args.quick)
+        print("\n[calls] one eager call on 64 float32 elements")
+        for k, v in calls.items():
+            print(f"  {k:<22} {v:7.3f} us")
+    if want("tokens"):
+        tokens = results["tokens"] = part_tokens(args.quick)
+        print(f"\n[tokens] cost per summary probe (64 elements) in an {N_OPS}-probe graph")
+        for k, v in tokens.items():
+            print(f"  {k:<30} {v:7.2f} us/probe")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
