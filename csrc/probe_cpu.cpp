@@ -23,6 +23,7 @@
 #include "probe_state.h"
 
 namespace dynstep {
+
 namespace {
 
 namespace py = pybind11;
@@ -75,6 +76,7 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
   SiteState& s = *sp;
   const int64_t a = s.actions;
   if (a & kWhenCapture) return;  // a CPU tensor is never part of a CUDA stream capture
+  if (s.closed.load(std::memory_order_relaxed)) return;
   TORCH_CHECK_VALUE(!(a & kRejectNonContig) || x.is_contiguous(),
                     "dynstep probe: input of shape ", py_tuple(x.sizes()), " with strides ",
                     py_tuple(x.strides()), " is not contiguous; pass non_contiguous=\"copy\" to "
@@ -242,6 +244,16 @@ void release_cuda_site(int64_t site);  // csrc/cuda/probe_cuda_op.cpp
 int64_t cuda_replays(int64_t site);
 #endif
 
+// CUDA payloads of a closed site stay allocated: a captured graph may still point into them.
+void close_native(int64_t site) { Registry::get().close(site); }
+
+void remove_native(int64_t site) {
+  Registry::get().remove(site);
+#ifdef DYNSTEP_WITH_CUDA
+  release_cuda_site(site);
+#endif
+}
+
 }  // namespace dynstep
 
 TORCH_LIBRARY_IMPL(dynstep, CPU, m) { m.impl("probe", &dynstep::probe_cpu); }
@@ -255,12 +267,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("register_site", &register_site, py::arg("site"), py::arg("actions"), py::arg("capacity"),
         py::arg("every") = 1);
-  m.def("remove_site", [](int64_t site) {
-#ifdef DYNSTEP_WITH_CUDA
-    release_cuda_site(site);
-#endif
-    Registry::get().remove(site);
-  });
+  m.def("close_site", &close_native);
+  m.def("remove_site", &remove_native);
 #ifdef DYNSTEP_WITH_CUDA
   m.def("cuda_replays", &cuda_replays);
   m.attr("WITH_CUDA") = true;
