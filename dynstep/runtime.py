@@ -378,7 +378,9 @@ def set_sink(site_id: int, sink: RecordSink) -> None:
 def close_site(site_id: int) -> None:
     """Stop a site for good: later hits do nothing, native state is freed. Idempotent.
 
-    Natively the site stays registered as a closed no-op: compiled graphs may still call it.
+    Natively the site stays registered as a closed no-op (compiled graphs may still call it), and
+    a CUDA graph that captured it may still replay: its hits are ignored, and the CUDA payloads
+    that graph holds are freed when the graph is destroyed (csrc/cuda/probe_cuda_op.cpp).
     """
     drain_native(site_id)
     _closed.add(site_id)
