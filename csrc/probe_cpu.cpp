@@ -27,6 +27,9 @@
 #include "probe_state.h"
 
 namespace dynstep {
+
+void collect_native();  // below: frees CUDA payloads nobody holds (a no-op in a CPU build)
+
 namespace {
 
 namespace py = pybind11;
@@ -87,6 +90,7 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
   SiteState& s = *sp;
   const int64_t a = s.actions;
   if (a & kWhenCapture) return;  // a CPU tensor is never part of a CUDA stream capture
+  if (s.closed.load(std::memory_order_relaxed)) return;
   TORCH_CHECK_VALUE(!(a & kRejectNonContig) || x.is_contiguous(),
                     "dynstep probe: input of shape ", py_tuple(x.sizes()), " with strides ",
                     py_tuple(x.strides()), " is not contiguous; pass non_contiguous=\"copy\" to "
@@ -220,6 +224,7 @@ PyMethodDef g_probe_def = {"probe", reinterpret_cast<PyCFunction>(reinterpret_ca
 
 void register_site(int64_t site, int64_t actions, int64_t capacity, int64_t every) {
   Registry::get().add(site, actions, capacity, every);
+  collect_native();
 }
 
 void set_compare(int64_t site, const at::Tensor& expected, double rtol, double atol, bool equal_nan) {
@@ -255,6 +260,7 @@ void reset_flags(int64_t site) {
 // Entries of one site (or all with site < 0), oldest first, and the drop counts since the last
 // drain: ([(site, seq, call, thread, stats, shape, dtype, tensor|None, device)], {site: (ring, memory)}).
 py::tuple drain(int64_t only) {
+  collect_native();
   py::list out;
   py::dict dropped;
   for (auto& sp : Registry::get().all()) {
@@ -311,9 +317,33 @@ void python_fallback(const at::Tensor& x, int64_t site) {
 bool native_dtype_supported(at::ScalarType t) { return native_dtype(t); }
 
 #ifdef DYNSTEP_WITH_CUDA
-void release_cuda_site(int64_t site);  // csrc/cuda/probe_cuda_op.cpp
+// csrc/cuda/probe_cuda_op.cpp: CUDA payloads of a site, and freeing those nobody holds any more.
+void release_cuda_site(int64_t site);
+void collect_cuda();
 int64_t cuda_replays(int64_t site);
+std::tuple<int64_t, int64_t, int64_t> cuda_payloads();
 #endif
+
+// Safe points for freeing CUDA payloads (registration, close, drain); nothing in a CPU build.
+void collect_native() {
+#ifdef DYNSTEP_WITH_CUDA
+  collect_cuda();
+#endif
+}
+
+void close_native(int64_t site) {
+  Registry::get().close(site);  // first: hits and replays from here on are ignored
+#ifdef DYNSTEP_WITH_CUDA
+  release_cuda_site(site);
+#endif
+}
+
+void remove_native(int64_t site) {
+  Registry::get().remove(site);
+#ifdef DYNSTEP_WITH_CUDA
+  release_cuda_site(site);
+#endif
+}
 
 }  // namespace dynstep
 
@@ -328,14 +358,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("register_site", &register_site, py::arg("site"), py::arg("actions"), py::arg("capacity"),
         py::arg("every") = 1);
-  m.def("remove_site", [](int64_t site) {
-#ifdef DYNSTEP_WITH_CUDA
-    release_cuda_site(site);
-#endif
-    Registry::get().remove(site);
-  });
+  m.def("close_site", &close_native);
+  m.def("remove_site", &remove_native);
 #ifdef DYNSTEP_WITH_CUDA
   m.def("cuda_replays", &cuda_replays);
+  m.def("cuda_payloads", &cuda_payloads);
   m.attr("WITH_CUDA") = true;
 #else
   m.attr("WITH_CUDA") = false;

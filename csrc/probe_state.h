@@ -1,8 +1,8 @@
 // Per-site native state shared by the CPU kernel and the CUDA host callback: the action mask,
 // a preallocated record ring, the sticky compare and non-finite flags, and the one-pass stats.
 //
-// Nothing in this header touches Python or the CUDA runtime, so a CUDA host callback may call
-// `Registry::record_host` on a pinned host copy (host callbacks must not call CUDA or Python).
+// Nothing in this header touches Python or the CUDA runtime, so a CUDA host callback may look a
+// site up and write its ring (host callbacks must not call CUDA or Python).
 #pragma once
 
 #include <array>
@@ -198,15 +198,20 @@ struct SiteState {
   bool compare_failed = false;
   std::string compare_message;
   std::unique_ptr<Compare> compare;
+  // Set once by Registry::close: a hit that still reaches this site (a CUDA graph that captured
+  // it, replayed after close) is ignored.
+  std::atomic<bool> closed{false};
 };
 
 // Global memory cap on bytes held by record copies in all rings; the oldest entries (lowest
 // seq, across sites) are dropped first, and counted per site in `dropped_memory`.
 class Registry {
  public:
+  // Leaked on purpose: a CUDA host callback or user-object destructor may still run during
+  // process exit, after static destructors would have torn a static Registry down.
   static Registry& get() {
-    static Registry r;
-    return r;
+    static Registry* r = new Registry();
+    return *r;
   }
 
   std::shared_ptr<SiteState> find(int64_t site) {
@@ -223,9 +228,20 @@ class Registry {
     s->every = every < 1 ? 1 : every;
     s->ring.resize(static_cast<size_t>(s->capacity));
     for (auto& e : s->ring) e.shape.reserve(8);
-    std::lock_guard<std::mutex> g(mu_);
-    sites_[site] = s;
+    put(site, s);
     return s;
+  }
+
+  // Stop a site for good: it stays registered as a closed no-op (compiled graphs may still call
+  // it), and the state it replaces is flagged closed too, for hits already holding it. Closing a
+  // closed site changes nothing.
+  void close(int64_t site) {
+    if (auto current = find(site); current && current->closed.load()) return;
+    auto s = std::make_shared<SiteState>();
+    s->id = site;
+    s->ring.resize(1);
+    s->closed.store(true);
+    if (auto old = put(site, s)) old->closed.store(true);
   }
 
   void remove(int64_t site) {
@@ -237,8 +253,8 @@ class Registry {
       s = it->second;
       sites_.erase(it);
     }
-    std::lock_guard<std::mutex> g(s->mu);
-    for (auto& e : s->ring) release(e);
+    s->closed.store(true);
+    retire(*s);
   }
 
   std::vector<std::shared_ptr<SiteState>> all() {
@@ -271,6 +287,26 @@ class Registry {
   }
 
  private:
+  // Install `s` for `site` and return the state it replaces (or nullptr). The replaced ring can
+  // no longer be drained, so its record bytes leave the cap's account now.
+  std::shared_ptr<SiteState> put(int64_t site, std::shared_ptr<SiteState> s) {
+    std::shared_ptr<SiteState> old;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto& slot = sites_[site];
+      old = std::move(slot);
+      slot = std::move(s);
+    }
+    if (old) retire(*old);
+    return old;
+  }
+
+  void retire(SiteState& s) {
+    std::lock_guard<std::mutex> g(s.mu);
+    for (auto& e : s.ring) release(e);
+    s.size = 0;
+  }
+
   std::mutex mu_;
   std::unordered_map<int64_t, std::shared_ptr<SiteState>> sites_;
   std::atomic<int64_t> seq_{0};

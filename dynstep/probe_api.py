@@ -212,7 +212,11 @@ class TensorProbe:
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop acting for good (only once no captured graph containing it will replay). Idempotent."""
+        """Stop acting for good. Idempotent.
+
+        Safe while a CUDA graph that captured this probe can still replay: those replays are
+        ignored, and the probe's staging memory that graph holds is freed when the graph is.
+        """
         if self._closed:
             return
         self._collect()

@@ -376,12 +376,17 @@ def set_sink(site_id: int, sink: RecordSink) -> None:
 
 
 def close_site(site_id: int) -> None:
-    """Stop a site for good: later hits do nothing, native state is freed."""
+    """Stop a site for good: later hits do nothing, native state is freed. Idempotent.
+
+    Natively the site stays registered as a closed no-op (compiled graphs may still call it), and
+    a CUDA graph that captured it may still replay: its hits are ignored, and the CUDA payloads
+    that graph holds are freed when the graph is destroyed (csrc/cuda/probe_cuda_op.cpp).
+    """
     drain_native(site_id)
     _closed.add(site_id)
     native = _native
-    if native is not None and native.is_registered(site_id):
-        native.register_site(site_id, 0, 1, 1)  # compiled graphs may still call it: make it a no-op
+    if native is not None:
+        native.close_site(site_id)
     _sinks.pop(site_id, None)
 
 

@@ -16,6 +16,7 @@ import torch
 
 import dynstep
 from dynstep import _compat, fastpath, ops, runtime
+from dynstep import native as native_mod
 from dynstep.errors import NonFiniteError
 from dynstep.events import ProbePrinted, use_sink
 from dynstep.sites import SITES
@@ -181,6 +182,34 @@ def test_copy_larger_than_cap_keeps_stats_only():
         dynstep.set_record_memory_cap(previous)
 
 
+def test_close_site_leaves_a_closed_noop_and_releases_ring_memory():
+    native = native_mod.get()
+    s = site(("record",), capacity=4)
+    held = dynstep.record_memory().held
+    torch.ops.dynstep.probe(torch.ones(100), s.id)  # sits in the native ring, not drained
+    assert dynstep.record_memory().held == held + 400
+    native.close_site(s.id)  # natively, without the drain runtime.close_site does first
+    assert dynstep.record_memory().held == held  # the replaced ring's copy left the account
+    assert native.is_registered(s.id)  # compiled graphs may still call it
+    native.close_site(s.id)  # twice: harmless
+    torch.ops.dynstep.probe(torch.ones(100), s.id)
+    calls, *_, size, ring_drops, memory_drops = native.site_state(s.id)
+    assert (calls, size, ring_drops, memory_drops) == (0, 0, 0, 0)  # a closed site ignores hits
+
+
+def test_reregistering_a_site_releases_its_undrained_ring():
+    native = native_mod.get()
+    s = site(("record",), capacity=4)
+    held = dynstep.record_memory().held
+    torch.ops.dynstep.probe(torch.ones(50), s.id)
+    assert dynstep.record_memory().held == held + 200
+    runtime.register_native(s)
+    assert dynstep.record_memory().held == held
+    native.remove_site(s.id)
+    native.remove_site(s.id)
+    assert not native.is_registered(s.id)
+
+
 def test_threads_get_their_own_hits():
     s = site(("summary",))
     seen = {}
@@ -242,7 +271,7 @@ def test_stub_matches_the_extension():
     names = {n.name for n in stub.body if isinstance(n, ast.FunctionDef)} | \
         {t.id for n in stub.body if isinstance(n, ast.AnnAssign) for t in [n.target] if isinstance(t, ast.Name)}
     module = native.get()
-    cuda_only = {"cuda_replays"}
+    cuda_only = {"cuda_replays", "cuda_payloads"}
     public = {n for n in dir(module) if not n.startswith("_")}
     assert public - names == set()
     assert names - public <= cuda_only

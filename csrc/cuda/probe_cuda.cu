@@ -2,10 +2,18 @@
 // host callback (cudaLaunchHostFunc) that runs the native action on the host copy.
 //
 // Everything `enqueue*` does is capturable: kernel launches, cudaMemcpyAsync into pinned memory
-// allocated beforehand, cudaLaunchHostFunc. No allocation and no synchronisation happen inside a
-// capture; `prepare` allocates (outside any capture) and is reused for every hit and replay.
-// The host callback never calls Python or the CUDA API: it writes into the site's ring
-// (probe_state.h), exactly what the CPU kernel writes.
+// allocated beforehand, cudaLaunchHostFunc. `prepare` allocates once per (site, shape, dtype,
+// mode, capture) and the payload is reused for every later hit and every replay; it never
+// synchronises. The host callback never calls Python or the CUDA API: it looks its site up by id
+// and writes into the site's ring (probe_state.h), exactly what the CPU kernel writes; a closed
+// or removed site's hit is ignored (counted in Counts::ignored).
+//
+// Lifetime (probe_cuda.h): payloads are shared_ptr-owned by the glue's registry (eager) and by
+// each captured graph (a CUDA user object holding a heap shared_ptr). The last owner only pushes
+// the payload onto a lock-free retired list, because it may be CUDA's internal thread (a
+// user-object destructor must not call CUDA); free_retired frees from a normal thread. An eager
+// payload is freed only once every eager hit enqueued on it has run its host callback (the last
+// stream operation that touches it). At process exit retired payloads are leaked on purpose.
 //
 // This file uses only the CUDA runtime and probe_state.h, so `nvcc -c` compiles it on its own
 // (csrc/check_nvcc.sh). The torch op glue is csrc/cuda/probe_cuda_op.cpp.
@@ -108,7 +116,8 @@ struct HostStats {
 };
 
 struct Payload {
-  std::shared_ptr<SiteState> site;
+  int64_t site = 0;               // looked up at each callback: a closed site's hits are ignored
+  bool captured = false;          // owned by a captured graph; never enqueued eagerly
   int dtype = 0;                  // c10::ScalarType value, kept opaque
   std::vector<int64_t> shape;
   int64_t numel = 0, nbytes = 0;
@@ -120,7 +129,25 @@ struct Payload {
   HostStats* h_stats = nullptr;   // pinned
   void* h_copy = nullptr;         // pinned staging for the full copy (record / full-copy mode)
   std::atomic<int64_t> replays{0};
+  std::atomic<int64_t> inflight{0};  // eager hits enqueued whose host callback has not run yet
+  Payload* next_retired = nullptr;
 };
+
+// Trivially destructible, so still valid when a user-object destructor runs during process exit.
+static std::atomic<Payload*> g_retired{nullptr};
+static std::atomic<int64_t> g_live{0}, g_retired_count{0}, g_ignored{0};
+
+// The last owner of a payload (any thread, CUDA's internal one included): queue it, no CUDA call.
+static void retire(Payload* p) {
+  Payload* head = g_retired.load(std::memory_order_relaxed);
+  do {
+    p->next_retired = head;
+  } while (!g_retired.compare_exchange_weak(head, p, std::memory_order_release, std::memory_order_relaxed));
+  g_retired_count.fetch_add(1);
+}
+
+// Destructor of the CUDA user object a captured graph holds: drop that graph's reference.
+static void CUDART_CB drop_graph_ref(void* ref) { delete static_cast<std::shared_ptr<Payload>*>(ref); }
 
 static Stats finish(const HostStats& h) {
   Acc a;
@@ -200,11 +227,26 @@ static void host_compare(const Payload& p, SiteState& s, int64_t call) {
   }
 }
 
+// Marks an eager hit done when the host callback returns: declared first, it is destroyed last,
+// after every other use of the payload in the callback.
+struct HitDone {
+  Payload& p;
+  ~HitDone() {
+    if (!p.captured) p.inflight.fetch_sub(1, std::memory_order_release);
+  }
+};
+
 // The host callback: native action on the host copy. No CUDA API, no Python.
 static void CUDART_CB on_host(void* user) {
   Payload& p = *static_cast<Payload*>(user);
-  SiteState& s = *p.site;
+  HitDone done{p};
   p.replays.fetch_add(1);  // replays of this payload; `call` counts every hit of the site
+  std::shared_ptr<SiteState> sp = Registry::get().find(p.site);
+  if (!sp || sp->closed.load()) {  // a graph replayed after its probe was closed: ignore the hit
+    g_ignored.fetch_add(1);
+    return;
+  }
+  SiteState& s = *sp;
   const int64_t call = s.calls.fetch_add(1);
   const bool copied = p.mode != kModeSummary;
   Stats st = p.mode == kModeFullCopy ? host_stats(p) : (p.numel ? finish(*p.h_stats) : Stats{});
@@ -260,15 +302,62 @@ static cudaError_t launch_stats_any(const Payload& p, const void* x, cudaStream_
   }
 }
 
-cudaError_t prepare(std::shared_ptr<SiteState> site, int dtype, const int64_t* shape, int ndim, int64_t numel,
-                    int64_t element_size, int mode, Payload** out) {
+static void destroy(Payload* p) {
+  int previous = -1;
+  if (cudaGetDevice(&previous) == cudaSuccess && previous != p->device) cudaSetDevice(p->device);
+  if (p->d_partials) cudaFree(p->d_partials);
+  if (p->d_shift) cudaFree(p->d_shift);
+  if (p->h_stats) cudaFreeHost(p->h_stats);
+  if (p->h_copy) cudaFreeHost(p->h_copy);
+  if (previous >= 0 && previous != p->device) cudaSetDevice(previous);
+  delete p;
+  g_live.fetch_sub(1);
+}
+
+cudaError_t capture_of(cudaStream_t stream, Capture* out) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamGetCaptureInfo(stream, &status, &out->id);
+  out->active = err == cudaSuccess && status == cudaStreamCaptureStatusActive;
+  return err;
+}
+
+// The graph being captured on `stream` takes one reference to `p`. User objects retained by a
+// graph are carried into every graph exec instantiated from it; CUDA releases them once the
+// graph and its execs are destroyed and their pending launches have finished.
+static cudaError_t hold_in_graph(const std::shared_ptr<Payload>& p, cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+#if CUDART_VERSION >= 13000  // CUDA 13 folded _v2/_v3 into cudaStreamGetCaptureInfo
+  cudaError_t err = cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, nullptr, nullptr, nullptr);
+#else
+  cudaError_t err = cudaStreamGetCaptureInfo_v2(stream, &status, nullptr, &graph, nullptr, nullptr);
+#endif
+  if (err != cudaSuccess) return err;
+  if (status != cudaStreamCaptureStatusActive || graph == nullptr) return cudaErrorStreamCaptureInvalidated;
+  auto* ref = new std::shared_ptr<Payload>(p);
+  cudaUserObject_t object = nullptr;
+  err = cudaUserObjectCreate(&object, ref, drop_graph_ref, 1, cudaUserObjectNoDestructorSync);
+  if (err != cudaSuccess) {
+    delete ref;
+    return err;
+  }
+  err = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
+  if (err != cudaSuccess) cudaUserObjectRelease(object, 1);  // ours again: its destructor drops `ref`
+  return err;
+}
+
+cudaError_t prepare(int64_t site, int dtype, const int64_t* shape, int ndim, int64_t numel, int64_t element_size,
+                    int mode, cudaStream_t capturing_stream, std::shared_ptr<Payload>* out) {
   // Allocation is not a stream operation, but global capture mode forbids it on this thread:
   // relax it for these calls, as c10's CUDA caching allocator does.
   cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&relaxed);
   cudaError_t err = cudaSuccess;
-  auto* p = new Payload();
-  p->site = std::move(site);
+  auto* raw = new Payload();
+  g_live.fetch_add(1);
+  std::shared_ptr<Payload> p(raw, retire);  // from here on, dropping `p` queues the payload for free_retired
+  p->site = site;
+  p->captured = capturing_stream != nullptr;
   p->dtype = dtype;
   p->shape.assign(shape, shape + ndim);
   p->numel = numel;
@@ -276,49 +365,79 @@ cudaError_t prepare(std::shared_ptr<SiteState> site, int dtype, const int64_t* s
   p->mode = mode;
   long long want = (numel + kThreads - 1) / kThreads;
   p->blocks = static_cast<int>(want < 1 ? 1 : (want > 1024 ? 1024 : want));
-  if ((err = cudaGetDevice(&p->device)) != cudaSuccess) goto fail;
-  if ((err = cudaMalloc(&p->d_partials, sizeof(DevAcc) * (p->blocks + 1))) != cudaSuccess) goto fail;
-  if ((err = cudaMalloc(&p->d_shift, sizeof(double))) != cudaSuccess) goto fail;
+  if ((err = cudaGetDevice(&p->device)) != cudaSuccess) goto done;
+  if ((err = cudaMalloc(&p->d_partials, sizeof(DevAcc) * (p->blocks + 1))) != cudaSuccess) goto done;
+  if ((err = cudaMalloc(&p->d_shift, sizeof(double))) != cudaSuccess) goto done;
   if ((err = cudaHostAlloc(reinterpret_cast<void**>(&p->h_stats), sizeof(HostStats), cudaHostAllocDefault)) != cudaSuccess)
-    goto fail;
+    goto done;
   if (mode != kModeSummary && p->nbytes > 0 &&
       (err = cudaHostAlloc(&p->h_copy, static_cast<size_t>(p->nbytes), cudaHostAllocDefault)) != cudaSuccess)
-    goto fail;
+    goto done;
+  if (p->captured) err = hold_in_graph(p, capturing_stream);
+done:
   cudaThreadExchangeStreamCaptureMode(&relaxed);
-  *out = p;
-  return cudaSuccess;
-fail:
-  cudaThreadExchangeStreamCaptureMode(&relaxed);
-  destroy(p);
-  *out = nullptr;
+  if (err != cudaSuccess) p.reset();  // nothing was enqueued on it: retired, freed at the next safe point
+  *out = std::move(p);
   return err;
 }
 
-cudaError_t enqueue(Payload* p, const void* device_ptr, cudaStream_t stream) {
+cudaError_t enqueue(Payload& p, const void* device_ptr, cudaStream_t stream) {
+  // An eager hit keeps the payload from being freed until its host callback has run. A failed
+  // enqueue leaves the count up: the payload then leaks rather than be freed under a copy that
+  // may still be in flight.
+  if (!p.captured) p.inflight.fetch_add(1, std::memory_order_relaxed);
   cudaError_t err = cudaSuccess;
-  if (p->numel > 0 && p->mode != kModeFullCopy) {
-    if ((err = launch_stats_any(*p, device_ptr, stream)) != cudaSuccess) return err;
-    err = cudaMemcpyAsync(&p->h_stats->acc, p->d_partials + p->blocks, sizeof(DevAcc), cudaMemcpyDeviceToHost, stream);
+  if (p.numel > 0 && p.mode != kModeFullCopy) {
+    if ((err = launch_stats_any(p, device_ptr, stream)) != cudaSuccess) return err;
+    err = cudaMemcpyAsync(&p.h_stats->acc, p.d_partials + p.blocks, sizeof(DevAcc), cudaMemcpyDeviceToHost, stream);
     if (err != cudaSuccess) return err;
-    err = cudaMemcpyAsync(&p->h_stats->shift, p->d_shift, sizeof(double), cudaMemcpyDeviceToHost, stream);
-    if (err != cudaSuccess) return err;
-  }
-  if (p->mode != kModeSummary && p->nbytes > 0) {
-    err = cudaMemcpyAsync(p->h_copy, device_ptr, static_cast<size_t>(p->nbytes), cudaMemcpyDeviceToHost, stream);
+    err = cudaMemcpyAsync(&p.h_stats->shift, p.d_shift, sizeof(double), cudaMemcpyDeviceToHost, stream);
     if (err != cudaSuccess) return err;
   }
-  return cudaLaunchHostFunc(stream, on_host, p);
+  if (p.mode != kModeSummary && p.nbytes > 0) {
+    err = cudaMemcpyAsync(p.h_copy, device_ptr, static_cast<size_t>(p.nbytes), cudaMemcpyDeviceToHost, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaLaunchHostFunc(stream, on_host, &p);
 }
 
-int64_t replays(const Payload* p) { return p->replays.load(); }
+int64_t replays(const Payload& p) { return p.replays.load(); }
 
-void destroy(Payload* p) {
-  if (!p) return;
-  if (p->d_partials) cudaFree(p->d_partials);
-  if (p->d_shift) cudaFree(p->d_shift);
-  if (p->h_stats) cudaFreeHost(p->h_stats);
-  if (p->h_copy) cudaFreeHost(p->h_copy);
-  delete p;
+int64_t free_retired(cudaStream_t current) {
+  if (g_retired.load(std::memory_order_relaxed) == nullptr) return 0;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(current, &status) != cudaSuccess) {
+    cudaGetLastError();  // e.g. the legacy stream while another stream captures: not an error to leave behind
+    return 0;
+  }
+  if (status != cudaStreamCaptureStatusNone) return 0;
+  Payload* list = g_retired.exchange(nullptr, std::memory_order_acquire);
+  if (list == nullptr) return 0;
+  // A capture in another thread in global mode would forbid cudaFree here: relax, as prepare does.
+  cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&relaxed);
+  int64_t freed = 0;
+  while (list != nullptr) {
+    Payload* p = list;
+    list = p->next_retired;
+    g_retired_count.fetch_sub(1);
+    if (p->inflight.load(std::memory_order_acquire) > 0) {
+      retire(p);  // an eager hit has not landed yet: try again at the next safe point
+      continue;
+    }
+    destroy(p);
+    ++freed;
+  }
+  cudaThreadExchangeStreamCaptureMode(&relaxed);
+  return freed;
+}
+
+Counts counts() {
+  Counts c;
+  c.live = g_live.load();
+  c.retired = g_retired_count.load();
+  c.ignored = g_ignored.load();
+  return c;
 }
 
 }  // namespace cuda

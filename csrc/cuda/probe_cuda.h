@@ -1,8 +1,18 @@
 // The CUDA probe's host-side interface (implemented in probe_cuda.cu, CUDA runtime only).
 //
-//   Payload* p; prepare(site, dtype, shape, ndim, numel, elsize, kModeSummary, &p);  // allocates
-//   enqueue(p, x.data_ptr(), stream);   // capturable: stats kernels, D2H, host callback
-//   destroy(p);                         // once no captured graph that holds p can replay
+//   Capture c; capture_of(stream, &c);
+//   std::shared_ptr<Payload> p;
+//   prepare(site, dtype, shape, ndim, numel, elsize, kModeSummary, c.active ? stream : nullptr, &p);
+//   enqueue(*p, x.data_ptr(), stream);   // capturable: stats kernels, D2H, host callback
+//   p.reset();                           // the last owner retires it ...
+//   free_retired(current_stream);        // ... and a safe point frees it (not while that stream captures)
+//
+// Ownership: a Payload is freed once nobody holds its shared_ptr. The glue holds the eager
+// payload of a site until the site closes; every captured graph holds its own payloads through a
+// CUDA user object (carried into each graph exec instantiated from it) until CUDA destroys the
+// graph and its execs and their launches have finished. The last owner may be a CUDA-internal
+// thread, which must not call CUDA, so dropping the last reference only queues the payload;
+// `free_retired` does the cudaFree / cudaFreeHost later, from a normal thread.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,7 +21,6 @@
 #include <memory>
 
 namespace dynstep {
-struct SiteState;
 namespace cuda {
 
 // c10::ScalarType values of the supported dtypes (torch/headeronly/core/ScalarType.h order).
@@ -26,13 +35,34 @@ enum Mode : int {
 
 struct Payload;
 
+// Capture state of a stream. `id` is unique over the process's lifetime; valid when `active`.
+struct Capture {
+  bool active = false;
+  unsigned long long id = 0;
+};
+cudaError_t capture_of(cudaStream_t stream, Capture* out);
+
 // Allocates device scratch and pinned staging; callable during a capture (allocations switch the
-// thread to relaxed capture mode, as PyTorch's allocator does), never per hit.
-cudaError_t prepare(std::shared_ptr<SiteState> site, int dtype, const int64_t* shape, int ndim, int64_t numel,
-                    int64_t element_size, int mode, Payload** out);
-cudaError_t enqueue(Payload* p, const void* device_ptr, cudaStream_t stream);
-int64_t replays(const Payload* p);
-void destroy(Payload* p);
+// thread to relaxed capture mode, as PyTorch's allocator does), never per hit. With
+// `capturing_stream` set (nullptr: not capturing; the legacy default stream never captures), the
+// graph being captured on that stream takes a reference to the payload (a CUDA user object), so
+// the payload outlives every replay of that graph.
+cudaError_t prepare(int64_t site, int dtype, const int64_t* shape, int ndim, int64_t numel, int64_t element_size,
+                    int mode, cudaStream_t capturing_stream, std::shared_ptr<Payload>* out);
+cudaError_t enqueue(Payload& p, const void* device_ptr, cudaStream_t stream);
+int64_t replays(const Payload& p);
+
+// Frees the retired payloads whose eager hits have all landed; returns how many it freed. Call it
+// from a normal thread, passing its current stream: nothing is freed while that stream captures
+// (cudaFree synchronizes), and never from a host callback or a user-object destructor.
+int64_t free_retired(cudaStream_t current);
+
+struct Counts {
+  int64_t live = 0;     // allocated and not yet freed (retired ones included)
+  int64_t retired = 0;  // no owner left, waiting for free_retired
+  int64_t ignored = 0;  // host callbacks that found their site closed or removed, and did nothing
+};
+Counts counts();
 
 }  // namespace cuda
 }  // namespace dynstep

@@ -1,5 +1,7 @@
 """The CUDA probe kernel (csrc/cuda/): capture/replay recording, device-side summary, Inductor
-reduce-overhead with probes inside the captured graph, hand-placed probes, gradients under capture.
+reduce-overhead with probes inside the captured graph, hand-placed probes, gradients under capture,
+and payload lifetime (issue #5): a closed probe's graph still replays safely, and payload memory
+is freed when the last owner (the site's registry entry, or a graph that captured it) lets go.
 
 Needs a GPU and a CUDA-enabled torch; skipped otherwise (and on a dispatcher check when the
 CUDA kernel is not registered). NOT YET RUN ON A GPU: see docs/gpu-validation.md.
@@ -7,13 +9,18 @@ CUDA kernel is not registered). NOT YET RUN ON A GPU: see docs/gpu-validation.md
 
 from __future__ import annotations
 
+import gc
 import math
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 import torch
 
 import dynstep
-from dynstep import _compat, ops  # noqa: F401  (ops loads the native kernels)
+from dynstep import _compat, ops, runtime  # noqa: F401  (ops loads the native kernels)
 from dynstep.probe_api import CheckAction, RecordAction, TensorProbe
 from dynstep.sites import SITES
 
@@ -167,3 +174,168 @@ def test_gradients_in_backward_under_capture():
     expected = torch.ones(4, 8, device="cuda").t().mm(x).cpu()  # d(sum(xW^T+b))/dW
     torch.testing.assert_close(recs[-1].tensor, expected)
     probe.close()
+
+
+# -- payload lifetime (issue #5) -------------------------------------------------------------------
+def payloads() -> tuple[int, int, int]:
+    """(live, retired, ignored) CUDA payloads, after freeing what can be freed now."""
+    return ops_native().cuda_payloads()
+
+
+def wait_for_live(live: int, timeout: float = 10.0) -> tuple[int, int, int]:
+    """Counts once `live` payloads remain: CUDA runs user-object destructors asynchronously, on its
+    own thread, after the graph's launches have finished."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        torch.cuda.synchronize()
+        counts = payloads()
+        if counts[0] == live or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.02)
+
+
+def settle() -> tuple[int, int, int]:
+    """Counts with nothing left to free: the baseline a test measures against."""
+    torch._dynamo.reset()  # graph trees of earlier tests hold payloads; free them now, not mid-test
+    gc.collect()
+    torch.cuda.synchronize()
+    deadline = time.monotonic() + 10.0
+    history = [payloads()]
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        history.append(payloads())
+        last = history[-3:]
+        if len(last) == 3 and all(c[1] == 0 and c[0] == last[0][0] for c in last):
+            return last[-1]
+    return history[-1]
+
+
+def test_close_then_replay_is_ignored_and_deleting_the_graph_frees_the_payload():
+    live0, _, ignored0 = settle()
+    p = TensorProbe("closed-under-graph", [RecordAction(capacity=8)])  # when="capture"
+    static_x = torch.ones(4, device="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        p(static_x + 1)
+    g.replay()
+    torch.cuda.synchronize()
+    assert len(p.records()) == 1
+    assert payloads()[0] == live0 + 1  # one payload, for this capture, owned by g
+    p.close()
+    p.close()  # twice: harmless
+    assert payloads()[:2] == (live0 + 1, 0)  # g still holds it: neither freed nor waiting
+    for _ in range(3):
+        g.replay()  # would write freed pinned memory if close had freed the payload
+    torch.cuda.synchronize()
+    assert payloads()[2] == ignored0 + 3  # every replay reached its host callback, which did nothing
+    assert len(p.records()) == 1  # no new record in the closed probe
+    del g
+    assert wait_for_live(live0)[:2] == (live0, 0)
+
+
+def test_deleting_a_graph_frees_its_payload_while_the_probe_stays_open():
+    live0, *_ = settle()
+    with TensorProbe("outlives-graphs", [RecordAction(capacity=8)]) as p:
+        static_x = torch.zeros(4, device="cuda")
+        graphs = []
+        for i in range(2):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                p(static_x + i)
+            graphs.append(g)
+        del g
+        assert payloads()[0] == live0 + 2  # one per capture
+        for g in graphs:
+            g.replay()
+        del g
+        torch.cuda.synchronize()
+        assert [float(r.tensor[0]) for r in p.records()] == [0.0, 1.0]
+        del graphs[0]
+        assert wait_for_live(live0 + 1)[0] == live0 + 1
+        graphs[0].replay()  # the other graph's payload is untouched
+        torch.cuda.synchronize()
+        assert float(p.records()[-1].tensor[0]) == 1.0
+        graphs.clear()
+        assert wait_for_live(live0)[:2] == (live0, 0)
+
+
+def test_eager_payload_is_reused_and_freed_at_close():
+    live0, *_ = settle()
+    p = TensorProbe("eager-free", [RecordAction(4)], when="always")
+    x = torch.ones(8, device="cuda")
+    for _ in range(3):
+        p(x)  # eager hits share one payload (capture id 0)
+    torch.cuda.synchronize()
+    assert payloads()[0] == live0 + 1
+    assert len(p.records()) == 3
+    p.close()
+    assert wait_for_live(live0)[:2] == (live0, 0)
+
+
+def test_close_does_not_free_under_an_eager_hit_still_in_flight():
+    live0, *_ = settle()
+    p = TensorProbe("in-flight", [RecordAction(2)], when="always")
+    x = torch.ones(1 << 20, device="cuda")
+    p(x)
+    torch.cuda.synchronize()  # the payload exists and is idle
+    w = torch.randn(4096, 4096, device="cuda")
+    y = w
+    for _ in range(100):  # a few hundred ms of queued work ahead of the next hit
+        y = y @ w
+    p(x)  # D2H copy + host callback queued behind the matmuls
+    p.close()  # the registry lets go while that hit is still queued
+    live, retired, _ = payloads()
+    assert (live, retired) == (live0 + 1, 1)  # retired, but kept until its host callback has run
+    torch.cuda.synchronize()
+    assert wait_for_live(live0)[:2] == (live0, 0)
+    del y
+
+
+def test_reduce_overhead_replays_after_close_are_ignored_and_reset_frees():
+    live0, _, ignored0 = settle()
+    site = summary_site(("summary", "record"))
+
+    def f(x):
+        y = torch.cos(x) + 1
+        torch.ops.dynstep.probe(y, site.id)
+        return y * 2
+
+    cf = torch.compile(f, mode="reduce-overhead")
+    x = torch.randn(64, device="cuda")
+    for _ in range(4):
+        cf(x)
+    torch.cuda.synchronize()
+    assert ops_native().cuda_replays(site.id) >= 1  # a captured graph replays the probe
+    runtime.close_site(site.id)
+    runtime.close_site(site.id)
+    with dynstep.session() as s:
+        for _ in range(3):
+            out = cf(x)
+        torch.cuda.synchronize()
+        assert s.records() == []
+    torch.testing.assert_close(out, (torch.cos(x) + 1) * 2)
+    assert payloads()[2] >= ignored0 + 1  # replays still reach the host callback, which ignores them
+    del cf, out
+    torch._dynamo.reset()  # frees the CUDA graph trees, and with them the captured payloads
+    assert wait_for_live(live0)[:2] == (live0, 0)
+
+
+def test_exit_with_a_live_graph_of_a_closed_probe_does_not_crash():
+    code = textwrap.dedent("""
+        import torch
+        from dynstep import _compat
+        from dynstep.probe_api import RecordAction, TensorProbe
+
+        p = TensorProbe("exit", [RecordAction(2)])
+        assert _compat.has_kernel("dynstep::probe", "CUDA")
+        x = torch.ones(4, device="cuda")
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            p(x + 1)
+        p.close()
+        g.replay()  # not synchronized: its host callback may run while the process exits
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
