@@ -48,8 +48,10 @@ PATHS = {"python": {"DYNSTEP_NATIVE": "0"}, "native-op": {"DYNSTEP_FAST_PROBE": 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int, iters: int,
                 probes_off: frozenset[str] = frozenset()) -> dict[str, float]:
-    """Median over `rounds` of the mean seconds per call; variants alternate within each round.
-    Variants named in `probes_off` run with dynstep.probes switched off for the whole timing."""
+    """Seconds per call of each variant: the median over `rounds` of (round mean / the first
+    variant's mean in the same round) times the first variant's median. Variants alternate within
+    a round, so a ratio compares calls made moments apart and machine drift cancels. Variants
+    named in `probes_off` run with dynstep.probes switched off for the whole timing."""
     from dynstep import probes
 
     def timed(name: str, fn: Callable[[], object], n: int) -> float:
@@ -71,7 +73,10 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, iters: int,
     for _ in range(rounds):
         for name, fn in fns.items():
             samples[name].append(timed(name, fn, iters))
-    return {k: statistics.median(v) for k, v in samples.items()}
+    base_name = next(iter(fns))
+    base = samples[base_name]
+    base_med = statistics.median(base)
+    return {k: base_med * statistics.median(t / b for t, b in zip(v, base)) for k, v in samples.items()}
 
 
 def sites(actions: tuple[str, ...], n: int = N_OPS) -> list[int]:
@@ -135,7 +140,7 @@ def part_kernel(quick: bool) -> dict:
     import dynstep
 
     out: dict = {}
-    sizes = {"small": (64, 5 if quick else 9, 300), "large": (16 * 1024 * 1024, 2 if quick else 3, 1)}
+    sizes = {"small": (64, 11 if quick else 31, 200), "large": (16 * 1024 * 1024, 2 if quick else 3, 1)}
     for label, (n, rounds, iters) in sizes.items():
         x = torch.randn(n)
         compiled = {"unprobed": eight_ops(None, "unprobed")}

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "probe_state.h"
 
@@ -51,47 +52,52 @@ template <> inline double as_double<bool>(bool v) { return v ? 1.0 : 0.0; }
 constexpr int64_t kChunk = int64_t(1) << 16;
 constexpr int kLanes = 8;
 
-// The common case, all values finite, without branches: kLanes independent accumulators that the
-// compiler keeps in registers/vectors. Returns false at the first non-finite value; the caller
-// then redoes the chunk with Acc::add, which counts NaN/Inf.
+// min/max/absmax are exact in the input's own precision for floating types (every value is
+// representable), so they are kept in float for float/half/bfloat16 (twice the lanes per vector
+// register) and in double for everything else, as before.
+template <typename T>
+using MinMax = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, c10::Half> ||
+                                      std::is_same_v<T, c10::BFloat16>,
+                                  float, double>;
+
+// The common case, all values finite, without a branch per element: kLanes independent
+// accumulators in plain arrays, which the compiler keeps in vector registers. A non-finite value
+// makes a sum non-finite, so one check per chunk finds it (returns false); the caller then redoes
+// the chunk with Acc::add, which counts NaN/Inf.
 template <typename T>
 bool finite_chunk(const T* p, int64_t n, double shift, Acc& out) {
-  double s[kLanes] = {}, q[kLanes] = {}, am[kLanes] = {};
-  double mn[kLanes], mx[kLanes];
-  for (int l = 0; l < kLanes; ++l) { mn[l] = INFINITY; mx[l] = -INFINITY; }
+  using M = MinMax<T>;
+  double s[kLanes] = {}, q[kLanes] = {};
+  M mn[kLanes], mx[kLanes], am[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    mn[l] = std::numeric_limits<M>::infinity();
+    mx[l] = -std::numeric_limits<M>::infinity();
+    am[l] = 0;
+  }
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    double v[kLanes];
-    bool bad = false;
     for (int l = 0; l < kLanes; ++l) {
-      v[l] = as_double(p[i + l]);
-      bad |= !(std::fabs(v[l]) <= std::numeric_limits<double>::max());
-    }
-    if (bad) return false;
-    for (int l = 0; l < kLanes; ++l) {
-      double d = v[l] - shift;
+      const M v = static_cast<M>(as_double(p[i + l]));
+      const double d = static_cast<double>(v) - shift;
       s[l] += d;
       q[l] += d * d;
-      mn[l] = v[l] < mn[l] ? v[l] : mn[l];
-      mx[l] = v[l] > mx[l] ? v[l] : mx[l];
-      double a = std::fabs(v[l]);
+      mn[l] = v < mn[l] ? v : mn[l];
+      mx[l] = v > mx[l] ? v : mx[l];
+      const M a = v < 0 ? -v : v;
       am[l] = a > am[l] ? a : am[l];
     }
   }
   Acc a;
   a.shift = shift;
-  for (; i < n; ++i) {
-    double v = as_double(p[i]);
-    if (!std::isfinite(v)) return false;
-    a.add(v);
-  }
+  for (; i < n; ++i) a.add(as_double(p[i]));
   for (int l = 0; l < kLanes; ++l) {
     Acc lane;
     lane.shift = shift;
-    lane.sum = s[l]; lane.sumsq = q[l]; lane.min = mn[l]; lane.max = mx[l]; lane.absmax = am[l];
-    lane.count = 0;
+    lane.sum = s[l]; lane.sumsq = q[l];
+    lane.min = mn[l]; lane.max = mx[l]; lane.absmax = am[l];
     a.merge(lane);
   }
+  if (a.nan || a.inf || !std::isfinite(a.sum) || !std::isfinite(a.sumsq)) return false;
   a.count = n;
   out = a;
   return true;
