@@ -264,3 +264,13 @@ def test_the_diff_engine_imports_neither_rich_nor_inductor():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
     assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+def test_a_diff_never_loads_the_native_probe_kernel():
+    # dynstep.ops builds the native kernel on first import (about a minute, once per torch
+    # version); the diff makes no probe-op calls, so it must not pay for that build.
+    code = ("import sys, torch, dynstep; r = dynstep.diff(lambda x: x.sin() + 1, torch.randn(3), backend='eager',"
+            " ladder=False); print(r.ok, 'dynstep.ops' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
+    assert out.stdout.split() == ["True", "False"], out.stderr
