@@ -2,7 +2,7 @@
 
 Making a value a graph output is the least intrusive probe that every inner compiler honours:
 the compiler must materialise it, which can change what it fuses (the observer effect the
-engine's bisection is designed around). The original graph is never modified.
+engine's search is designed around). The original graph is never modified.
 
     run = ProbedRun.compile(gm, inputs, backend, probes=[node_a, node_b], mode=None)
     outputs, values = run(inputs)         # values[node_a] is the compiled value of node_a
