@@ -22,6 +22,7 @@ from typing import Any
 import torch.fx
 
 from dynstep import _compat
+from dynstep import graphinfo as gi
 from dynstep.options import Options
 
 from . import inner as inner_mod
@@ -52,7 +53,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     from dynstep import passes
     from dynstep import pause as pause_mod
 
-    graph_id = passes.graph_id_for(gm, _compat.current_compile_id())
+    graph_id = gi.graph_id(gm, _compat.current_compile_id())
     if pause_mod.wants_pauses(opts) or opts.nan == "stop":
         pause_mod.configure_stepper(opts)
     if pause_mod.wants_pauses(opts):

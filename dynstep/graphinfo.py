@@ -80,6 +80,15 @@ def user_frames(node: torch.fx.Node) -> tuple[Frame, ...]:
     return tuple(f for f in _parse_frames(trace) if not f.file.startswith(_TORCH_DIR))
 
 
+def graph_id(gm: torch.fx.GraphModule, compile_id: str) -> str:
+    """``forward[0/0]``: the user function the graph was traced from, and Dynamo's compile id."""
+    for n in gm.graph.nodes:
+        frames = user_frames(n)
+        if frames:
+            return f"{frames[0].func}[{compile_id}]"
+    return f"graph[{compile_id}]"
+
+
 def source(node: torch.fx.Node) -> tuple[str, str]:
     """(``file:line``, text of the line) of the innermost user frame, or ("", "")."""
     frames = user_frames(node)

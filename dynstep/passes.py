@@ -48,14 +48,6 @@ class ProbePlan:
                    inner_has_aot=inner_has_aot)
 
 
-def graph_id_for(gm: torch.fx.GraphModule, compile_id: str) -> str:
-    for n in gm.graph.nodes:
-        frames = gi.user_frames(n)
-        if frames:
-            return f"{frames[0].func}[{compile_id}]"
-    return f"graph[{compile_id}]"
-
-
 def insert_probes(gm: torch.fx.GraphModule, plan: ProbePlan, *, aten_level: bool) -> list[Site]:
     """Insert value probes (and, at the Dynamo level, gradient taps). Returns the new sites."""
     graph = gm.graph

@@ -3,7 +3,7 @@
 The story: a small classifier is fine eagerly; under torch.compile (Inductor) its outputs are
 off. We plant the compiler bug with torch's own test switch
 (`torch._inductor.config.cpp.inject_relu_bug_TESTING_ONLY`, Inductor's relu becomes relu + 1)
-and let `dynstep.diff` find it: outputs first, then a bisection over the graph, then the node
+and let `dynstep.diff` find it: outputs first, then a search over the graph, then the node
 confirmed on the compiled inputs, the backends ladder, a repro and an HTML page.
 
     python examples/find_the_bug.py [--html diff.html] [--repro find_the_bug_repro]

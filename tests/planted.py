@@ -76,3 +76,36 @@ def _poison(x: torch.Tensor) -> torch.Tensor:
 def plant_nan(op: str, module: str, inner: str = "eager"):
     """Make one element of the planted node's output NaN."""
     return _rewrite("nan", op, module, lambda g, n: _after(g, n, _poison), inner)
+
+
+def perturb_nth(index: int, eps: float = 1e-2, inner: str = "eager"):
+    """Add `eps` to the output of the index-th op in execution order (for graphs of one repeated op)."""
+    def backend(gm: torch.fx.GraphModule, example_inputs):
+        from dynstep.backends.inner import compile_plain
+
+        node = [n for n in gm.graph.nodes if gi.is_value_node(n)][index]
+        _after(gm.graph, node, torch.add, eps)
+        gm.graph.lint()
+        gm.recompile()
+        return compile_plain(gm, example_inputs, inner, mode=None)
+
+    backend.__name__ = f"perturb_op{index}_TESTING_ONLY"
+    return backend
+
+
+def perturb_unprobed(eps: float = 1e-2, inner: str = "eager"):
+    """Add `eps` to the last op's output, but only in a graph with one output: the bug vanishes as
+    soon as any value is probed (a stand-in for a fusion-dependent miscompile)."""
+    def backend(gm: torch.fx.GraphModule, example_inputs):
+        from dynstep.backends.inner import compile_plain
+
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        flat = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+        if len(flat) == 1:
+            _after(gm.graph, [n for n in gm.graph.nodes if gi.is_value_node(n)][-1], torch.add, eps)
+            gm.graph.lint()
+            gm.recompile()
+        return compile_plain(gm, example_inputs, inner, mode=None)
+
+    backend.__name__ = "perturb_unprobed_TESTING_ONLY"
+    return backend

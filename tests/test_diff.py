@@ -264,3 +264,68 @@ def test_the_diff_engine_imports_neither_rich_nor_inductor():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
     assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+def test_a_diff_never_loads_the_native_probe_kernel():
+    # dynstep.ops builds the native kernel on first import (about a minute, once per torch
+    # version); the diff makes no probe-op calls, so it must not pay for that build.
+    code = ("import sys, torch, dynstep; r = dynstep.diff(lambda x: x.sin() + 1, torch.randn(3), backend='eager',"
+            " ladder=False); print(r.ok, 'dynstep.ops' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
+    assert out.stdout.split() == ["True", "False"], out.stderr
+
+
+CHAIN = 32
+
+
+def _chain(x):
+    for _ in range(CHAIN):
+        x = torch.neg(x)  # CHAIN_LINE
+    return x
+
+
+@pytest.mark.parametrize("index", [0, 13, CHAIN - 1])
+def test_kary_search_names_the_planted_op_in_fewer_compiles_than_bisection(index):
+    from dynstep.eagerdiff import search
+
+    report = dynstep.diff(_chain, torch.randn(64), backend=planted.perturb_nth(index), ladder=False)
+    g = report.graphs[0]
+    assert g.first_divergence is not None and g.first_divergence.order == index and g.first_divergence.own
+    assert g.first_divergence.source == _line("# CHAIN_LINE")
+    # outputs only, two rounds of three cuts (32 -> 8 -> 2 nodes), the last two nodes probed with
+    # their inputs; bisection with a separate confirmation needs 1 + log2(32) + 1 = 7
+    assert search.rounds(CHAIN) == 2 and g.compiles == 4
+
+
+def test_cut_points_split_a_segment_evenly():
+    from dynstep.eagerdiff import search
+
+    assert search.cut_points(0, 8) == [2, 4, 6]
+    assert search.cut_points(10, 15) == [11, 12, 13]
+    assert search.cut_points(0, 2) == [1]
+    assert [search.rounds(n) for n in (1, 4, 5, 16, 17, 64, 65)] == [0, 0, 1, 1, 2, 2, 3]
+
+
+def _damped(x):
+    a = torch.sin(x)  # DAMPED_ORIGIN
+    b = a * 1e-4  # the planted error falls below the absolute floor here ...
+    for _ in range(12):
+        b = torch.neg(b)
+    return b * 1e4  # ... and is back above it here: the cuts in between all look clean
+
+
+def test_dense_scan_finds_the_origin_when_the_search_is_misled():
+    report = dynstep.diff(_damped, torch.randn(256), backend=planted.perturb("torch.sin", "", 1e-3),
+                          ladder=False)
+    g = report.graphs[0]
+    assert g.first_divergence is not None and g.first_divergence.source == _line("# DAMPED_ORIGIN")
+    assert any("dense scan found" in n for n in g.notes), g.notes
+    assert g.compiles == 4  # outputs, one round, the final segment, the dense scan
+
+
+def test_a_divergence_that_vanishes_once_probed_is_fusion_dependent():
+    report = dynstep.diff(_chain, torch.randn(64), backend=planted.perturb_unprobed(), ladder=False)
+    g = report.graphs[0]
+    assert not report.ok and g.first_divergence is None and g.fusion_dependent
+    assert any("fusion-dependent" in n for n in g.notes), g.notes

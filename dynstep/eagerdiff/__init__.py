@@ -4,8 +4,8 @@
     report.ok, report.first_divergence, report.show(), report.to_html("diff.html")
 
 Modules: `judge` (reference runs and the judgement), `probed` (graph copies with probed
-outputs), `engine` (per-graph bisection, NaN origin, ladder), `training` (gradients), `api`
-(entry points), `report` (dataclasses, JSON), `html`, `repro`, and `show` (the only module
+outputs), `engine` (per-graph diff, NaN origin, ladder), `search` (where a divergence starts,
+in few compiles), `training` (gradients), `api` (entry points), `report` (dataclasses, JSON), `html`, `repro`, and `show` (the only module
 that uses rich).
 """
 

@@ -25,6 +25,7 @@ import torch
 import torch.fx
 
 from .. import _compat
+from .. import graphinfo as gi
 from . import _backends
 from .engine import DiffConfig, Progress, diff_graph
 from .judge import Tolerance
@@ -41,9 +42,7 @@ class Collector:
         self._count = 0
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Callable[..., Any]:
-        from .. import passes
-
-        name = passes.graph_id_for(gm, _compat.current_compile_id())
+        name = gi.graph_id(gm, _compat.current_compile_id())
         calls = [0]
 
         def run(*inputs: Any) -> Any:

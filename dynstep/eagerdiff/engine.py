@@ -1,21 +1,24 @@
-"""The diff engine: compare one compiled graph call with eager and float64, and bisect.
+"""The diff engine: compare one compiled graph call with eager and float64, and search.
 
 Order of work for one graph call (the observer effect decides it: every probe is a graph
 output that the compiler must materialise, which can change what it fuses):
 
 1. compile the graph as is and compare its outputs only;
-2. if they diverge, bisect on execution order: probe only the values that cross the cut after
-   the first half, keep the half where the divergence starts, until one node is left;
-3. confirm that node with its inputs probed and rerun it eagerly on the *compiled* inputs, so
-   an error it merely inherits is told apart from its own; a divergence that vanishes once
-   probed is reported as fusion-dependent instead of naming a wrong node;
-4. NaN/Inf origin (eager from the reference run, compiled by the same bisection) and the
+2. if they diverge, search the execution order (search.py): each round probes the values
+   crossing three cuts in one compile and keeps the quarter where the divergence starts;
+3. once a few nodes are left, one compile probes them and their inputs, and each is rerun
+   eagerly and in float64 on its *compiled* inputs, so an error a node merely inherits is told
+   apart from its own; if none has its own, a dense scan of the whole prefix decides; a
+   divergence that vanishes once probed is reported as fusion-dependent instead of naming a
+   wrong node;
+4. NaN/Inf origin (eager from the reference run, compiled by the same search) and the
    backends ladder (which stage first reproduces the divergence).
 
     cfg = DiffConfig(backend="inductor")
     gd = diff_graph(gm, inputs, cfg, graph="forward[0/0]", call=0)     # -> GraphDiff
 
-Memory: the reference run drops values after their last use; only probed values are kept.
+Memory: the reference run drops values after their last use; a compiled value is dropped once
+judged, and a search round holds one cut's values at a time. Nothing measured keeps a tensor.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ import torch.fx
 from .. import _compat
 from .. import graphinfo as gi
 from ..errors import DynstepError
-from . import _backends
+from . import _backends, search
 from .kernels import kernel_for
 from .judge import Metrics, Reference, Tolerance, call_node, fetch_attr, judge, nonfinite, to_fp64
-from .probed import ProbedRun, output_nodes
+from .probed import ProbedRun, is_tensorish, output_nodes
 from .report import GraphDiff, LadderStep, NanOrigin, NodeDiff
 
 CALLS = ("call_function", "call_method", "call_module")
@@ -54,15 +57,14 @@ class DiffConfig:
     backend_ref: str | None = None   # "module:attribute" that imports a callable backend (for repros)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Measured:
-    """What one compiled run showed, judged against one reference run."""
+    """What one compiled run showed, judged against one reference run (no tensors are kept)."""
 
-    outputs: list[NodeDiff]
+    outputs: tuple[NodeDiff, ...]
     values: dict[torch.fx.Node, NodeDiff]
-    compiled: dict[torch.fx.Node, Any]
     nan_eager: NanOrigin | None
-    raw: list[Any]
+    outputs_nonfinite: bool
 
     @property
     def outputs_diverged(self) -> bool:
@@ -81,7 +83,8 @@ class GraphDiffer:
         self.notes: list[str] = []
         self.codes: list[str] = []
         self.steps = 0
-        self.total = 2 + max(1, math.ceil(math.log2(max(2, len(self.order)))))
+        self.first_nan: NanOrigin | None = None
+        self.total = 2 + search.rounds(len(self.order)) + (1 if cfg.training else 0)
 
     # -- running -------------------------------------------------------------------------
     def tick(self, what: str) -> None:
@@ -89,7 +92,7 @@ class GraphDiffer:
         if self.cfg.progress is not None:
             self.cfg.progress(what, self.steps, max(self.total, self.steps))
 
-    def measure(self, probes: Sequence[torch.fx.Node] = (), backend: Any = None) -> Measured:
+    def compile(self, probes: Sequence[torch.fx.Node] = (), backend: Any = None) -> ProbedRun:
         backend = backend or self.cfg.backend
         try:
             run = ProbedRun.compile(self.gm, self.inputs, backend, probes=probes, mode=self.cfg.mode)
@@ -100,32 +103,53 @@ class GraphDiffer:
                 "Diff with a backend that compiles this graph, or report the compile failure itself."
             ) from exc
         self.compiles += 1
-        outputs, compiled = run(self.inputs)
-        return self.judge_run(outputs, compiled)
+        return run
+
+    def measure(self, probes: Sequence[torch.fx.Node] = (), backend: Any = None) -> Measured:
+        """Compile with `probes`, run once, judge the outputs and the probed values."""
+        return self.check(self.compile(probes, backend), probes)
+
+    def check(self, run: ProbedRun, keep: Sequence[torch.fx.Node], *, outputs: bool = True) -> Measured:
+        """Run a compiled copy once and judge the values in `keep` (and the outputs)."""
+        outs, compiled = run(self.inputs, keep=keep, outputs=outputs)
+        return self.judge_run(outs, compiled)
+
+    def diverges(self, run: ProbedRun, nodes: Sequence[torch.fx.Node]) -> bool:
+        """The search's test for a divergence: does one of `nodes` diverge."""
+        return any(d.diverged for d in self.check(run, nodes, outputs=False).values.values())
+
+    def nonfinite_in(self, run: ProbedRun, nodes: Sequence[torch.fx.Node]) -> bool:
+        """The search's test for a NaN/Inf (no reference needed)."""
+        return any(nonfinite(v) for v in run(self.inputs, keep=nodes, outputs=False)[1].values())
 
     def judge_run(self, outputs: list[Any], compiled: dict[torch.fx.Node, Any]) -> Measured:
-        out_nodes = output_nodes(self.gm)
-        out_at = {}
-        for i, n in enumerate(out_nodes):
+        """Judge compiled outputs (if any) and values against one reference run, which stops
+        after the last value judged when the outputs are not. Takes the tensors over: the
+        compiled outputs are dropped here, each value once it is judged."""
+        out_at: dict[torch.fx.Node, int] = {}
+        for i, n in enumerate(output_nodes(self.gm) if outputs else ()):
             if isinstance(n, torch.fx.Node):
                 out_at.setdefault(n, i)
+        last = None if out_at else max(compiled, key=self.pos.__getitem__, default=None)
         out_diffs: list[NodeDiff] = []
         values: dict[torch.fx.Node, NodeDiff] = {}
-        nan_eager = None
-        reference = Reference(self.gm, self.inputs, keep=lambda n: n in compiled or n in out_at)
+        outputs_nonfinite = any(nonfinite(o) for o in outputs)
+        reference = Reference(self.gm, self.inputs, keep=lambda n: n in compiled or n in out_at, last=last)
         with torch.no_grad():
             for step in reference:
                 node = step.node
                 if node in compiled:
-                    values[node] = self._diff(node, compiled[node], step.eager, step.fp64, "value")
+                    values[node] = self._diff(node, compiled.pop(node), step.eager, step.fp64, "value")
                 if node in out_at:
                     out_diffs.append(self._diff(node, outputs[out_at[node]], step.eager, step.fp64, "output"))
+        outputs.clear()
+        nan_eager = None
         if reference.nan_origin is not None:
             node, value = reference.nan_origin
             nan_eager = NanOrigin.of("eager", node, _first_tensor(value), order=self.pos[node], graph=self.graph)
         for d in list(values.values()) + out_diffs:
             self.seen[d.node] = d
-        return Measured(out_diffs, values, compiled, nan_eager, outputs)
+        return Measured(tuple(out_diffs), values, nan_eager, outputs_nonfinite)
 
     def _diff(self, node: torch.fx.Node, compiled: Any, eager: Any, fp64: Any, kind: str,
               own: bool | None = None) -> NodeDiff:
@@ -136,41 +160,22 @@ class GraphDiffer:
         """The generated kernel that computed `node` in the unprobed compile, when known."""
         return kernel_for(self.codes, node.name, gi.op_name(node))
 
-    # -- bisection -----------------------------------------------------------------------
+    def nan_origin(self, node: torch.fx.Node, value: Any) -> NanOrigin:
+        return NanOrigin.of("compiled", node, _first_tensor(value), order=self.pos[node], graph=self.graph)
+
+    # -- probing -------------------------------------------------------------------------
     def cut(self, p: int) -> list[torch.fx.Node]:
         """The values computed by the first `p` nodes that later nodes or the outputs read."""
         prefix = set(self.order[:p])
-        return [n for n in self.order[:p] if _is_tensorish(n) and any(u not in prefix for u in n.users)]
+        return [n for n in self.order[:p] if is_tensorish(n) and any(u not in prefix for u in n.users)]
 
-    def bisect(self, bad: Callable[[Measured, list[torch.fx.Node]], bool], label: str) -> tuple[int, bool]:
-        """Smallest p whose cut is bad (assuming the outputs are). Also: did any probed run
-        show clean outputs (the divergence vanished under probing)?"""
-        lo, hi, vanished = 0, len(self.order), False
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            probes = self.cut(mid)
-            if not probes:  # nothing computed so far is read later: no divergence can start here
-                lo = mid
-                continue
-            self.tick(f"{label}: probing {len(probes)} value(s) after node {mid}/{len(self.order)}")
-            m = self.measure(probes)
-            vanished |= not bad(m, [])
-            if bad(m, probes):
-                hi = mid
-            else:
-                lo = mid
-        return hi, vanished
+    def capture(self, nodes: Sequence[torch.fx.Node]) -> dict[torch.fx.Node, Any]:
+        """The compiled values of `nodes`, from one probed compile (nothing judged)."""
+        return self.compile(nodes)(self.inputs, outputs=False)[1]
 
-    def confirm(self, node: torch.fx.Node) -> tuple[Measured, Metrics | None]:
-        """Probe `node` and its inputs; rerun it eagerly and in fp64 on the compiled inputs."""
-        args = [a for a in node.all_input_nodes if a.op in CALLS and _is_tensorish(a)]
-        m = self.measure([*args, node])
-        return m, self.local(node, m.compiled)
-
-    def local(self, node: torch.fx.Node, compiled: dict[torch.fx.Node, Any]) -> Metrics | None:
-        if node not in compiled:
-            return None
-        env = {p: v for p, v in zip([n for n in self.gm.graph.nodes if n.op == "placeholder"], self.inputs)}
+    def inputs_of(self, node: torch.fx.Node, compiled: dict[torch.fx.Node, Any]) -> tuple[tuple, dict] | None:
+        """The node's (args, kwargs) as the compiled program fed it; None when one is unknown."""
+        env = dict(zip([n for n in self.gm.graph.nodes if n.op == "placeholder"], self.inputs))
 
         def value(a: torch.fx.Node) -> Any:
             if a in compiled:
@@ -182,9 +187,16 @@ class GraphDiffer:
             raise KeyError(a.name)
 
         try:
-            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
+            return torch.fx.node.map_arg((node.args, node.kwargs), value)
         except KeyError:
             return None
+
+    def local(self, node: torch.fx.Node, compiled: dict[torch.fx.Node, Any]) -> Metrics | None:
+        """The node's own error: rerun eagerly and in fp64 on its compiled inputs, judged."""
+        fed = self.inputs_of(node, compiled) if node in compiled else None
+        if fed is None:
+            return None
+        args, kwargs = fed
         with torch.no_grad():
             eager = call_node(node, self.gm, args, kwargs, fp64=False)
             try:
@@ -192,18 +204,6 @@ class GraphDiffer:
             except (RuntimeError, TypeError, NotImplementedError):
                 ref64 = None
         return judge_value(compiled[node], eager, ref64, self.cfg.tol)[0]
-
-    def dense_first(self, upto: int) -> NodeDiff | None:
-        """Fallback when bisection was misled: probe every node up to `upto` at once and
-        return the first whose own (locally rerun) error diverges."""
-        probes = [n for n in self.order[:upto] if _is_tensorish(n)]
-        self.tick(f"dense scan of {len(probes)} values")
-        m = self.measure(probes)
-        for n in probes:
-            loc = self.local(n, m.compiled)
-            if loc is not None and loc.diverged and n in m.values:
-                return dataclasses.replace(m.values[n], own=True, kernel=self.kernel(n))
-        return None
 
     # -- the whole analysis --------------------------------------------------------------
     def run(self, call: int) -> GraphDiff:
@@ -215,8 +215,8 @@ class GraphDiffer:
         first, fusion, nan_compiled = None, False, None
         if base.outputs_diverged:
             first, fusion = self.find_first()
-        if _outputs_nonfinite(base):
-            nan_compiled = self.find_nan(first)
+        if base.outputs_nonfinite:
+            nan_compiled = self.find_nan()
         ladder = self.run_ladder() if self.cfg.ladder and base.outputs_diverged else ()
         repro = ""
         if first is not None and self.cfg.repro_dir:
@@ -226,53 +226,37 @@ class GraphDiffer:
             repro = write_repro(self, node, self.cfg.repro_dir)
         nodes = tuple(sorted(self.seen.values(), key=lambda d: d.order))
         return GraphDiff(graph=self.graph, call=call, backend=_backends.backend_name(self.cfg.backend),
-                         ok=not base.outputs_diverged, outputs=tuple(base.outputs), nodes=nodes,
+                         ok=not base.outputs_diverged, outputs=base.outputs, nodes=nodes,
                          first_divergence=first, fusion_dependent=fusion, nan_eager=base.nan_eager,
                          nan_compiled=nan_compiled, ladder=ladder, compiles=self.compiles,
                          seconds=time.perf_counter() - t0, notes=tuple(self.notes), repro=repro)
 
     def find_first(self) -> tuple[NodeDiff | None, bool]:
-        p, vanished = self.bisect(lambda m, probes: any(m.values[n].diverged for n in probes if n in m.values)
-                                  or (not probes and m.outputs_diverged), "divergence")
-        node = self.order[p - 1]
-        self.tick(f"confirming {node.name}")
-        m, loc = self.confirm(node)
-        if loc is not None and loc.diverged and node in m.values:
-            return dataclasses.replace(m.values[node], own=True, diverged=True,
-                                       kernel=self.kernel(node)), False
-        found = self.dense_first(p)
-        if found is not None:
-            self.notes.append(f"bisection pointed at {node.name}, which only inherits its error; "
-                              f"a dense scan found {found.node}")
-            return found, False
-        if not m.outputs_diverged or vanished:
+        where = search.narrow(self, self.diverges, "divergence")
+        pinned = search.pin_divergence(self, where.lo, where.hi, "confirming")
+        if pinned.found is None and where.lo > 0:  # the search was misled: scan the whole prefix
+            dense = search.pin_divergence(self, 0, where.hi, "dense scan")
+            if dense.found is not None:
+                self.notes.append(f"the search narrowed it to nodes {where.lo}..{where.hi - 1}, none of which "
+                                  f"has its own error; a dense scan found {dense.found.node}")
+            pinned = dense if dense.found is not None else pinned
+        if pinned.found is not None:
+            self.first_nan = pinned.nan
+            return pinned.found, False
+        probed = (*where.runs, pinned.run)
+        if not all(self.check(run, (), outputs=True).outputs_diverged for run in probed):
             self.notes.append("the outputs diverge when only the outputs are probed, but not once "
                               "intermediate values are probed: a fusion-dependent divergence")
             return None, True
-        self.notes.append(f"no single node's own error explains the output divergence (last checked: {node.name})")
+        self.notes.append(f"no single node's own error explains the output divergence "
+                          f"(checked nodes 0..{where.hi - 1})")
         return None, False
 
-    def find_nan(self, first: NodeDiff | None) -> NanOrigin | None:
-        if first is not None and first.new_nonfinite:
-            node = next(n for n in self.order if n.name == first.node)
-            value = self._compiled_of(node)
-            if value is not None:
-                return NanOrigin.of("compiled", node, _first_tensor(value), order=self.pos[node], graph=self.graph)
-        p, _ = self.bisect(lambda m, probes: any(nonfinite(m.compiled[n]) for n in probes if n in m.compiled)
-                           or (not probes and _outputs_nonfinite(m)), "nan origin")
-        for node in self.order[max(0, p - 1):p + 2]:  # the cut may also hold a value computed just after
-            m, _ = self.confirm(node)
-            args = [a for a in node.all_input_nodes if a in m.compiled]
-            value = m.compiled.get(node)
-            if value is not None and nonfinite(value) and not any(nonfinite(m.compiled[a]) for a in args):
-                return NanOrigin.of("compiled", node, _first_tensor(value), order=self.pos[node], graph=self.graph)
-            if value is not None and nonfinite(value):
-                break
-        return None
-
-    def _compiled_of(self, node: torch.fx.Node) -> Any:
-        m = self.measure([node])
-        return m.compiled.get(node)
+    def find_nan(self) -> NanOrigin | None:
+        if self.first_nan is not None:  # the first divergence is a new NaN/Inf: that is its origin
+            return self.first_nan
+        where = search.narrow(self, self.nonfinite_in, "nan origin")
+        return search.pin_nonfinite(self, where.lo, where.hi)
 
     def run_ladder(self) -> tuple[LadderStep, ...]:
         rungs = [b for b in _backends.LADDER if b != "eager" and b != self.cfg.backend]
@@ -322,18 +306,7 @@ def judge_value(compiled: Any, eager: Any, fp64: Any, tol: Tolerance) -> tuple[M
     return Metrics(not bool(same), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0), compiled
 
 
-def _is_tensorish(node: torch.fx.Node) -> bool:
-    value = node.meta.get("example_value", node.meta.get("val"))
-    if isinstance(value, torch.Tensor):
-        return True
-    return isinstance(value, (tuple, list)) and bool(value) and all(isinstance(v, torch.Tensor) for v in value)
-
-
 def _first_tensor(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return next((v for v in value if isinstance(v, torch.Tensor) and nonfinite(v)), value[0])
     return value
-
-
-def _outputs_nonfinite(m: Measured) -> bool:
-    return any(nonfinite(v) for v in m.raw)

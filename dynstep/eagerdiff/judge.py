@@ -54,7 +54,7 @@ class Metrics:
         return self.error / self.ref_error
 
 
-CHUNK = 1 << 20  # elements per step: judging streams, so temporaries stay a few MB
+CHUNK = 1 << 18  # elements per step: judging streams, so its float64 temporaries stay a few MB
 
 
 @dataclasses.dataclass
@@ -204,10 +204,14 @@ class Reference:
         ref = Reference(gm, inputs, keep=lambda n: n in wanted)
         for step in ref: ...
         ref.nan_origin
+
+    With `last`, both passes stop after that node: judging values early in the graph then
+    costs a prefix of the graph, not all of it.
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, inputs: Sequence[Any], keep: Any = None) -> None:
-        self.gm, self.inputs = gm, list(inputs)
+    def __init__(self, gm: torch.fx.GraphModule, inputs: Sequence[Any], keep: Any = None,
+                 last: torch.fx.Node | None = None) -> None:
+        self.gm, self.inputs, self.last = gm, list(inputs), last
         self.keep = keep or (lambda node: False)
         self.nan_origin: tuple[torch.fx.Node, Any] | None = None
         self.dtypes: dict[torch.fx.Node, Any] = {}
@@ -258,6 +262,8 @@ def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any], *, fp64: bool, referen
         del args, kwargs, value
         yield step
         del step
+        if node is reference.last:
+            return
         for dead in last_use.get(node, ()):
             env.pop(dead, None)
 

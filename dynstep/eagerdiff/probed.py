@@ -2,17 +2,18 @@
 
 Making a value a graph output is the least intrusive probe that every inner compiler honours:
 the compiler must materialise it, which can change what it fuses (the observer effect the
-engine's bisection is designed around). The original graph is never modified.
+engine's search is designed around). The original graph is never modified.
 
     run = ProbedRun.compile(gm, inputs, backend, probes=[node_a, node_b], mode=None)
     outputs, values = run(inputs)         # values[node_a] is the compiled value of node_a
+    _, values = run(inputs, keep=[node_b], outputs=False)   # run again, keep only node_b
 """
 
 from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
@@ -33,6 +34,14 @@ def copy_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.Graph, dict[torch.fx.
 def output_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node | Any]:
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     return pytree.tree_leaves(output.args[0])
+
+
+def is_tensorish(node: torch.fx.Node) -> bool:
+    """Whether the node's value is a tensor or a non-empty tuple of tensors (what can be probed)."""
+    value = node.meta.get("example_value", node.meta.get("val"))
+    if isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, (tuple, list)) and bool(value) and all(isinstance(v, torch.Tensor) for v in value)
 
 
 def with_outputs(gm: torch.fx.GraphModule, probes: Sequence[torch.fx.Node]) -> tuple[torch.fx.GraphModule, list]:
@@ -76,11 +85,15 @@ class ProbedRun:
             fn = _backends.compile_graph(probed, list(inputs), backend, mode=mode)
         return cls(fn, tuple(probes), layout, len(output_nodes(gm)))
 
-    def __call__(self, inputs: Sequence[Any]) -> tuple[list[Any], dict[torch.fx.Node, Any]]:
+    def __call__(self, inputs: Sequence[Any], keep: Collection[torch.fx.Node] | None = None, *,
+                 outputs: bool = True) -> tuple[list[Any], dict[torch.fx.Node, Any]]:
+        """Run once: (the graph's outputs, or [] unless `outputs`; the probed values in `keep`,
+        or all). What is not asked for is dropped as soon as the call returns."""
         with torch.no_grad():
             result = self.fn(*inputs)
         result = list(result) if isinstance(result, (tuple, list)) else [result]
         values: dict[torch.fx.Node, Any] = {}
         for node, (start, count, is_tuple) in zip(self.probes, self.layout):
-            values[node] = tuple(result[start:start + count]) if is_tuple else result[start]
-        return result[:self.n_outputs], values
+            if keep is None or node in keep:
+                values[node] = tuple(result[start:start + count]) if is_tuple else result[start]
+        return (result[:self.n_outputs] if outputs else []), values

@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from .. import graphinfo as gi
+from .probed import is_tensorish
 
 _TEMPLATE = '''"""dynstep repro: {where}
     {source_text}
@@ -110,18 +111,18 @@ def subgraph(node: torch.fx.Node, values: dict[torch.fx.Node, Any]) -> tuple[tor
 def write_repro(differ: Any, node: torch.fx.Node, directory: str) -> str:
     from safetensors.torch import save_file
 
-    m, _ = differ.confirm(node)
+    compiled = differ.capture([*(a for a in node.all_input_nodes if a in differ.pos and is_tensorish(a)), node])
     placeholders = [n for n in differ.gm.graph.nodes if n.op == "placeholder"]
     values = dict(zip(placeholders, differ.inputs))
-    values.update(m.compiled)
+    values.update(compiled)
     missing = [a.name for a in node.all_input_nodes if a not in values]
-    if missing or node not in m.compiled or not isinstance(m.compiled[node], torch.Tensor):
+    if missing or node not in compiled or not isinstance(compiled[node], torch.Tensor):
         differ.notes.append(f"repro not written: the inputs {missing} of {node.name} could not be captured")
         return ""
     gm, names, tensors = subgraph(node, values)
     os.makedirs(directory, exist_ok=True)
     blobs = dict(zip(names, tensors))
-    blobs["compiled"] = m.compiled[node].detach().contiguous().cpu()
+    blobs["compiled"] = compiled[node].detach().contiguous().cpu()
     save_file(blobs, os.path.join(directory, "inputs.safetensors"))
     code = gm.code.replace("def forward(self, ", "def forward(self, ", 1).strip("\n")
     src, text = gi.source(node)
