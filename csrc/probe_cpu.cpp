@@ -80,7 +80,7 @@ void call_python(py::object* fn, Args&&... args) {
 }
 
 void probe_cpu(const at::Tensor& x, int64_t site) {
-  auto sp = Registry::get().find(site);
+  auto sp = Registry::get().find_cached(site);
   const bool strided = x.layout() == at::kStrided && !x.is_quantized();
   if (!sp || !strided || !native_dtype(x.scalar_type())) {
     TORCH_CHECK(g_fallback, "dynstep native probe: Python fallback not installed");

@@ -64,8 +64,17 @@ using MinMax = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, 
 // accumulators in plain arrays, which the compiler keeps in vector registers. A non-finite value
 // makes a sum non-finite, so one check per chunk finds it (returns false); the caller then redoes
 // the chunk with Acc::add, which counts NaN/Inf.
+// An AVX2 clone next to the baseline build, picked when the library loads (GCC function
+// multiversioning): four doubles per vector instead of two for the sums. The explicit lanes fix
+// the summation order, so both clones give the same bits.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DYNSTEP_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define DYNSTEP_MULTIVERSION
+#endif
+
 template <typename T>
-bool finite_chunk(const T* p, int64_t n, double shift, Acc& out) {
+DYNSTEP_MULTIVERSION bool finite_chunk(const T* p, int64_t n, double shift, Acc& out) {
   using M = MinMax<T>;
   double s[kLanes] = {}, q[kLanes] = {};
   M mn[kLanes], mx[kLanes], am[kLanes];

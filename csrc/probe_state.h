@@ -186,7 +186,7 @@ inline std::string header_mismatch(const Compare& c, const std::vector<int64_t>&
 
 struct SiteState {
   int64_t id = 0;
-  int64_t actions = 0;
+  std::atomic<int64_t> actions{0};  // replaced in place by a re-registration with the same ring
   int64_t capacity = 1;
   int64_t every = 1;
   std::mutex mu;
@@ -220,12 +220,43 @@ class Registry {
     return it == sites_.end() ? nullptr : it->second;
   }
 
+  // The CPU kernel's lookup: a per-thread direct-mapped cache of site -> state, valid while the
+  // registry's generation (bumped by every add, close and remove) is unchanged, so a warm hit
+  // takes no lock and does no hash lookup. A hit racing a replacement may still see the state it
+  // replaces, as with `find`; a closed state ignores it.
+  std::shared_ptr<SiteState> find_cached(int64_t site) {
+    struct Slot {
+      int64_t site = -1;
+      uint64_t gen = 0;
+      std::shared_ptr<SiteState> state;
+    };
+    thread_local std::array<Slot, 64> cache;
+    Slot& slot = cache[static_cast<size_t>(site) & 63];
+    const uint64_t gen = gen_.load(std::memory_order_acquire);
+    if (slot.site != site || slot.gen != gen) {
+      slot.state = find(site);
+      slot.site = site;
+      slot.gen = gen;
+    }
+    return slot.state;
+  }
+
+  // Register a site. A live site with the same ring shape only gets the new action mask, in
+  // place: hits already in its ring stay there to be drained, and a hit racing the change lands
+  // in that same ring (Python re-registers every site when delivery switches between immediate
+  // and lazy, while other threads may be hitting them).
   std::shared_ptr<SiteState> add(int64_t site, int64_t actions, int64_t capacity, int64_t every) {
+    capacity = capacity < 1 ? 1 : capacity;
+    every = every < 1 ? 1 : every;
+    if (auto cur = find(site); cur && !cur->closed.load() && cur->capacity == capacity && cur->every == every) {
+      cur->actions.store(actions);
+      return cur;
+    }
     auto s = std::make_shared<SiteState>();
     s->id = site;
-    s->actions = actions;
-    s->capacity = capacity < 1 ? 1 : capacity;
-    s->every = every < 1 ? 1 : every;
+    s->actions.store(actions);
+    s->capacity = capacity;
+    s->every = every;
     s->ring.resize(static_cast<size_t>(s->capacity));
     for (auto& e : s->ring) e.shape.reserve(8);
     put(site, s);
@@ -252,6 +283,7 @@ class Registry {
       if (it == sites_.end()) return;
       s = it->second;
       sites_.erase(it);
+      gen_.fetch_add(1, std::memory_order_release);
     }
     s->closed.store(true);
     retire(*s);
@@ -296,6 +328,7 @@ class Registry {
       auto& slot = sites_[site];
       old = std::move(slot);
       slot = std::move(s);
+      gen_.fetch_add(1, std::memory_order_release);
     }
     if (old) retire(*old);
     return old;
@@ -310,6 +343,7 @@ class Registry {
   std::mutex mu_;
   std::unordered_map<int64_t, std::shared_ptr<SiteState>> sites_;
   std::atomic<int64_t> seq_{0};
+  std::atomic<uint64_t> gen_{1};
   std::atomic<int64_t> cap_{int64_t(1) << 30};
   std::atomic<int64_t> held_{0};
 };

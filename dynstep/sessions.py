@@ -39,6 +39,7 @@ from .sites import SITES
 _active: contextvars.ContextVar[tuple["Session", ...]] = contextvars.ContextVar("dynstep_sessions",
                                                                                  default=())
 _open_lock = threading.Lock()
+_delivery_lock = threading.Lock()  # _update_delivery: decide and switch as one step
 _open: list["Session"] = []
 _by_thread: dict[int, tuple["Session", ...]] = {}
 
@@ -143,13 +144,17 @@ class Session:
 
 
 def _update_delivery() -> None:
-    """Streaming sessions, and sessions in several threads, need every hit delivered as it happens."""
+    """Streaming sessions, and sessions in several threads, need every hit delivered as it happens.
+
+    Deciding and switching happen under one lock: two threads opening and closing sessions at
+    once must not leave the switch in the state the first of them decided on."""
     from .runtime import set_immediate
 
-    with _open_lock:
-        threads = {t for t, scope in _by_thread.items() if any(x in _open for x in scope)}
-        immediate = any(x._writer is not None for x in _open) or len(threads) > 1
-    set_immediate(immediate)
+    with _delivery_lock:
+        with _open_lock:
+            threads = {t for t, scope in _by_thread.items() if any(x in _open for x in scope)}
+            immediate = any(x._writer is not None for x in _open) or len(threads) > 1
+        set_immediate(immediate)
 
 
 def filter_records(snaps: list[Snapshot], selector: str | None, kind: str | None) -> list[Snapshot]:

@@ -197,14 +197,19 @@ def test_close_site_leaves_a_closed_noop_and_releases_ring_memory():
     assert (calls, size, ring_drops, memory_drops) == (0, 0, 0, 0)  # a closed site ignores hits
 
 
-def test_reregistering_a_site_releases_its_undrained_ring():
+def test_reregistering_keeps_the_ring_or_releases_a_replaced_one():
     native = native_mod.get()
     s = site(("record",), capacity=4)
     held = dynstep.record_memory().held
-    torch.ops.dynstep.probe(torch.ones(50), s.id)
-    assert dynstep.record_memory().held == held + 200
-    runtime.register_native(s)
-    assert dynstep.record_memory().held == held
+    with dynstep.session() as sess:
+        torch.ops.dynstep.probe(torch.ones(50), s.id)
+        assert dynstep.record_memory().held == held + 200
+        runtime.register_native(s)   # same ring: only the action mask changes, the hit stays
+        assert dynstep.record_memory().held == held + 200
+        assert [r.tensor.sum().item() for r in sess.records()] == [50.0]
+        torch.ops.dynstep.probe(torch.ones(50), s.id)
+        native.register_site(s.id, runtime.action_bits(s), 8, 1)  # another ring: the old one is released
+        assert dynstep.record_memory().held == held
     native.remove_site(s.id)
     native.remove_site(s.id)
     assert not native.is_registered(s.id)
