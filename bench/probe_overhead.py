@@ -9,7 +9,8 @@ Parts (one torch thread throughout; timings are medians of interleaved rounds):
           probes switched off with dynstep.probes.disabled(), summary probes, record probes.
   kernel  a graph of 8 elementwise ops with a probe after each, on 64 and 16 Mi float32 elements:
           unprobed, probes switched off, probe sites with no action (the op is still called),
-          summary, record; for three ways of running the probe, each in its own process with
+          summary, record (probes placed in the code, each with its own Dynamo guards), and
+          summary probes placed by superstep's selectors instead; for three ways of running the probe, each in its own process with
           its own unprobed baseline: the Python kernel (DYNSTEP_NATIVE=0), the native kernel
           called as Inductor writes extern ops (DYNSTEP_FAST_PROBE=0), and the native kernel
           called directly from Inductor's wrapper (the default, dynstep/fastpath.py).
@@ -26,6 +27,7 @@ Parts (one torch thread throughout; timings are medians of interleaved rounds):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -58,12 +60,15 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, iters: int,
         off = name in probes_off
         if off:
             probes.disable()
+        gc.collect()
+        gc.disable()  # as timeit does: one variant's garbage must not be collected in another's time
         try:
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()
             return (time.perf_counter() - t0) / n
         finally:
+            gc.enable()
             if off:
                 probes.enable()
 
@@ -147,10 +152,14 @@ def part_kernel(quick: bool) -> dict:
         for actions in [(), ("summary",), ("record",)]:
             name = "+".join(actions) or "no action"
             compiled[name] = eight_ops(sites(actions), name)
+        # the same 8 probes placed by superstep (selectors) rather than by hand in the code
+        compiled["superstep summary"] = eight_ops(None, "superstep", dynstep.superstep(
+            inner="inductor", probe=["op:sin", "op:add"], actions=["summary"]))
         fns: dict[str, Callable[[], object]] = {k: (lambda f=f: f(x)) for k, f in compiled.items()}
         fns["probes off"] = fns["summary"]  # the same compiled function, switched off
         if label == "large" and os.environ.get("DYNSTEP_NATIVE") == "0":
-            fns.pop("summary")  # seconds per call in Python; its record row already shows the scale
+            for k in ("summary", "superstep summary"):  # seconds per call; record shows the scale
+                fns.pop(k)
         with dynstep.session(summaries=4):
             med = interleaved(fns, rounds, iters, probes_off=frozenset({"probes off"}))
         out[label] = {k: v * 1e6 for k, v in med.items()}
@@ -166,16 +175,16 @@ def kernel_in_child(path: str, quick: bool) -> dict:
 
 def print_kernel(by_path: dict) -> None:
     print(f"\n[kernel] {N_OPS} elementwise ops, a probe after each ({N_OPS} probes per call), Inductor")
-    print(f"{'size':<6} {'probe path':<14} {'variant':<11} {'call us':>12} {'us/probe':>10} {'ratio':>7}")
+    print(f"{'size':<6} {'probe path':<14} {'variant':<17} {'call us':>12} {'us/probe':>10} {'ratio':>7}")
     for label in ("small", "large"):
         for path, res in by_path.items():
             row = res[label]
             base = row["unprobed"]
-            for k in ("unprobed", "probes off", "no action", "summary", "record"):
+            for k in ("unprobed", "probes off", "no action", "summary", "record", "superstep summary"):
                 if k not in row:
                     continue
                 per = (row[k] - base) / N_OPS
-                print(f"{label:<6} {path:<14} {k:<11} {row[k]:12.1f} "
+                print(f"{label:<6} {path:<14} {k:<17} {row[k]:12.1f} "
                       f"{'' if k in ('unprobed', 'probes off') else f'{per:10.2f}':>10} {row[k] / base:7.3f}")
 
 

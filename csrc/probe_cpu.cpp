@@ -79,6 +79,10 @@ void call_python(py::object* fn, Args&&... args) {
   (*fn)(to_py(std::forward<Args>(args))...);
 }
 
+// Per-site bound on the copies kept for deferred summaries (ring capacity x bytes per hit): with
+// the default summary ring of 1024 hits, tensors up to 1 KiB have their stats computed at drain.
+constexpr int64_t kDeferredSummaryBytes = int64_t(1) << 20;
+
 void probe_cpu(const at::Tensor& x, int64_t site) {
   auto sp = Registry::get().find_cached(site);
   const bool strided = x.layout() == at::kStrided && !x.is_quantized();
@@ -106,6 +110,8 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
     std::lock_guard<std::mutex> g(s.mu);
     uint8_t* dst = nullptr;
     Entry* e = nullptr;
+    bool summary_copy = false;
+    const bool decides_now = (a & (kNan | kCompare | kNonFiniteFlag)) != 0;
     if (keep && !python_hit) {
       e = &claim_slot(s);
       if ((a & kRecord) && nbytes > 0) {
@@ -115,11 +121,18 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
         } else {
           ++s.dropped_memory;
         }
+      } else if (!(a & kRecord) && !decides_now && nbytes > 0 && nbytes * s.capacity <= kDeferredSummaryBytes) {
+        // A summary of a small tensor: a copy now and the stats when the ring is read, as for a
+        // record (a copy of n bytes costs a fraction of a stats pass). Never handed out as a
+        // tensor and bounded by the ring: at most kDeferredSummaryBytes per site.
+        e->data.resize(static_cast<size_t>(nbytes));
+        dst = e->data.data();
+        summary_copy = true;
       }
     }
     // A record-only hit is a plain copy; its stats are computed from the copy when Python
     // drains the ring, off the model's path. Anything that decides at hit time needs them now.
-    const bool lazy = dst != nullptr && !python_hit && !(a & (kNan | kCompare | kNonFiniteFlag));
+    const bool lazy = dst != nullptr && !python_hit && !decides_now;
     if (x.numel() > 0) {
       AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, x.scalar_type(), "dynstep_probe", [&] {
         if (lazy) {
@@ -143,10 +156,11 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
         e->shape.assign(x.sizes().begin(), x.sizes().end());
         e->dtype = static_cast<int>(x.scalar_type());
         e->device = -1;
-        e->has_tensor = dst != nullptr || ((a & kRecord) && nbytes == 0);
+        const bool record_copy = dst != nullptr && !summary_copy;
+        e->has_tensor = record_copy || ((a & kRecord) && nbytes == 0);
         e->stats_pending = lazy && x.numel() > 0;
-        e->nbytes = dst ? nbytes : 0;
-        if (dst) Registry::get().account(nbytes);
+        e->nbytes = record_copy ? nbytes : 0;
+        if (record_copy) Registry::get().account(nbytes);
       }
     }
     if ((a & kCompare) && s.compare && !s.compare_failed) check_against_expected(x, s, call);
@@ -270,6 +284,13 @@ py::tuple drain(int64_t only) {
     for (int64_t k = 0; k < s.size; ++k) {
       Entry& e = s.ring[static_cast<size_t>((s.head - s.size + k + 2 * s.capacity) % s.capacity)];
       py::object t = py::none();
+      if (e.stats_pending && !e.has_tensor) {  // a deferred summary: its stats, from the copy
+        at::Tensor copy = at::from_blob(e.data.data(), e.shape,
+                                        at::TensorOptions().dtype(static_cast<at::ScalarType>(e.dtype)));
+        AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, copy.scalar_type(), "dynstep_drain",
+                                   [&] { e.stats = stats_and_copy<scalar_t>(copy, nullptr); });
+        e.stats_pending = false;
+      }
       if (e.has_tensor) {
         at::Tensor copy = at::empty(e.shape, at::TensorOptions().dtype(static_cast<at::ScalarType>(e.dtype)));
         if (e.nbytes) std::memcpy(copy.mutable_data_ptr(), e.data.data(), static_cast<size_t>(e.nbytes));

@@ -129,7 +129,7 @@ struct Entry {
   int device = -1;        // -1: CPU; otherwise the CUDA device index the value lived on
   int64_t nbytes = 0;     // bytes of the recorded copy, 0 for a stats-only entry
   bool has_tensor = false;
-  bool stats_pending = false;  // record-only hit: stats are computed from `data` when drained
+  bool stats_pending = false;  // record-only hit or small summary: stats computed from `data` when drained
   std::vector<uint8_t> data;
 };
 
