@@ -110,7 +110,7 @@ def part_model(quick: bool) -> dict:
         compiled = {k: b() for k, b in builds.items()}
         fns: dict[str, Callable[[], object]] = {k: (lambda f=f: f(idx)) for k, f in compiled.items()}
         fns["probes off"] = fns["summary"]  # the same compiled model, switched off
-        med = interleaved(fns, 5 if quick else 9, 50, probes_off=frozenset({"probes off"}))
+        med = interleaved(fns, 7 if quick else 21, 50, probes_off=frozenset({"probes off"}))
     return {"probes_per_step": 3 * 4, "us": {k: v * 1e6 for k, v in med.items()}}
 
 
@@ -145,7 +145,7 @@ def part_kernel(quick: bool) -> dict:
     import dynstep
 
     out: dict = {}
-    sizes = {"small": (64, 11 if quick else 31, 200), "large": (16 * 1024 * 1024, 2 if quick else 3, 1)}
+    sizes = {"small": (64, 11 if quick else 31, 200), "large": (16 * 1024 * 1024, 2 if quick else 5, 1)}
     for label, (n, rounds, iters) in sizes.items():
         x = torch.randn(n)
         compiled = {"unprobed": eight_ops(None, "unprobed")}
@@ -235,7 +235,7 @@ def part_tokens(quick: bool) -> dict:
     hand = eight_ops(sites(("summary",)), "aot_eager_hand", "aot_eager")
     fns["aot_eager hand-placed probed"] = lambda: hand(x)
     with dynstep.session(summaries=4):
-        med = interleaved(fns, 5 if quick else 9, 200)
+        med = interleaved(fns, 11 if quick else 31, 200)
     out = {f"superstep, inner={b}": (med[f"{b} probed"] - med[b]) / N_OPS * 1e6
            for b in ("eager", "aot_eager", "inductor")}
     out["hand-placed, plain aot_eager"] = (med["aot_eager hand-placed probed"] - med["aot_eager"]) / N_OPS * 1e6
