@@ -10,7 +10,8 @@ Parts (one torch thread throughout; timings are medians of interleaved rounds):
   kernel  a graph of 8 elementwise ops with a probe after each, on 64 and 16 Mi float32 elements:
           unprobed, probes switched off, probe sites with no action (the op is still called),
           summary, record (probes placed in the code, each with its own Dynamo guards), and
-          summary probes placed by superstep's selectors instead; for three ways of running the probe, each in its own process with
+          summary probes placed by superstep's selectors instead, and no probe but the 8 values
+          returned as outputs (what materialising them costs); for three ways of running the probe, each in its own process with
           its own unprobed baseline: the Python kernel (DYNSTEP_NATIVE=0), the native kernel
           called as Inductor writes extern ops (DYNSTEP_FAST_PROBE=0), and the native kernel
           called directly from Inductor's wrapper (the default, dynstep/fastpath.py).
@@ -134,11 +135,22 @@ def eight_ops(site_ids: list[int] | None, tag: str, backend: str = "inductor"):
                 torch.ops.dynstep.probe(x, site_ids[i])
         return x
 
-    # a code object per variant: Dynamo caches per code object, and one variant must not pay
-    # for checking the guards of the others
-    code = f.__code__.replace(co_name=f"eight_ops_{tag.replace(' ', '_')}")
-    fn = types.FunctionType(code, f.__globals__, code.co_name, None, f.__closure__)
-    return torch.compile(fn, backend=backend, fullgraph=True)
+    return torch.compile(fresh(f, tag), backend=backend, fullgraph=True)
+
+
+def fresh(f: Callable, tag: str) -> Callable:
+    """`f` with a code object of its own: Dynamo caches per code object, and one variant must not
+    pay for checking the guards of the others (nor turn dynamic when another size is compiled)."""
+    code = f.__code__.replace(co_name=f"{f.__name__}_{tag.replace(' ', '_')}")
+    return types.FunctionType(code, f.__globals__, code.co_name, None, f.__closure__)
+
+
+def eight_values(x):
+    values = []
+    for i in range(N_OPS):
+        x = x * 1.0001 + 0.5 if i % 2 else torch.sin(x)
+        values.append(x)
+    return tuple(values)
 
 
 def part_kernel(quick: bool) -> dict:
@@ -155,6 +167,9 @@ def part_kernel(quick: bool) -> dict:
         # the same 8 probes placed by superstep (selectors) rather than by hand in the code
         compiled["superstep summary"] = eight_ops(None, "superstep", dynstep.superstep(
             inner="inductor", probe=["op:sin", "op:add"], actions=["summary"]))
+        # no probe, the 8 values returned instead: what it costs Inductor to materialise them
+        compiled["values as outputs"] = torch.compile(fresh(eight_values, label), backend="inductor",
+                                                      fullgraph=True)
         fns: dict[str, Callable[[], object]] = {k: (lambda f=f: f(x)) for k, f in compiled.items()}
         fns["probes off"] = fns["summary"]  # the same compiled function, switched off
         if label == "large" and os.environ.get("DYNSTEP_NATIVE") == "0":
@@ -180,7 +195,8 @@ def print_kernel(by_path: dict) -> None:
         for path, res in by_path.items():
             row = res[label]
             base = row["unprobed"]
-            for k in ("unprobed", "probes off", "no action", "summary", "record", "superstep summary"):
+            for k in ("unprobed", "probes off", "values as outputs", "no action", "summary", "record",
+                      "superstep summary"):
                 if k not in row:
                     continue
                 per = (row[k] - base) / N_OPS
