@@ -238,23 +238,23 @@ def part_calls(quick: bool) -> dict:
 
 def part_tokens(quick: bool) -> dict:
     """Per-probe cost (summary, 64 elements) by inner compiler, superstep inserting the probes,
-    and for hand-placed probes compiled by plain aot_eager (torch's own token plumbing)."""
+    and for hand-placed probes compiled by plain aot_eager (torch's own token plumbing). Each
+    probed variant is timed in rounds against its own unprobed compile."""
     import dynstep
 
     x = torch.randn(64)
     opts = {"probe": ["op:sin", "op:add"], "actions": ["summary"]}  # 8 probes: 4 sin, 4 add
-    fns: dict[str, Callable[[], object]] = {}
-    for inner in ("eager", "aot_eager", "inductor"):
-        plain = eight_ops(None, f"{inner}_plain", inner)
-        probed = eight_ops(None, f"{inner}_superstep", dynstep.superstep(inner=inner, **opts))
-        fns[inner], fns[f"{inner} probed"] = (lambda f=plain: f(x)), (lambda f=probed: f(x))
-    hand = eight_ops(sites(("summary",)), "aot_eager_hand", "aot_eager")
-    fns["aot_eager hand-placed probed"] = lambda: hand(x)
+    pairs = {f"superstep, inner={inner}": (inner, eight_ops(None, f"{inner}_superstep",
+                                                             dynstep.superstep(inner=inner, **opts)))
+             for inner in ("eager", "aot_eager", "inductor")}
+    pairs["hand-placed, plain aot_eager"] = ("aot_eager", eight_ops(sites(("summary",)), "hand", "aot_eager"))
+    out = {}
     with dynstep.session(summaries=4):
-        med = interleaved(fns, 11 if quick else 31, 200)
-    out = {f"superstep, inner={b}": (med[f"{b} probed"] - med[b]) / N_OPS * 1e6
-           for b in ("eager", "aot_eager", "inductor")}
-    out["hand-placed, plain aot_eager"] = (med["aot_eager hand-placed probed"] - med["aot_eager"]) / N_OPS * 1e6
+        for name, (inner, probed) in pairs.items():
+            plain = eight_ops(None, f"{inner}_plain_{len(out)}", inner)
+            med = interleaved({"plain": lambda f=plain: f(x), "probed": lambda f=probed: f(x)},
+                              11 if quick else 31, 200)
+            out[name] = (med["probed"] - med["plain"]) / N_OPS * 1e6
     return out
 
 
