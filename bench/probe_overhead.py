@@ -109,9 +109,10 @@ def part_model(quick: bool) -> dict:
     }
     with torch.no_grad(), dynstep.session(summaries=64):
         compiled = {k: b() for k, b in builds.items()}
-        fns: dict[str, Callable[[], object]] = {k: (lambda f=f: f(idx)) for k, f in compiled.items()}
-        fns["probes off"] = fns["summary"]  # the same compiled model, switched off
-        med = interleaved(fns, 7 if quick else 21, 50, probes_off=frozenset({"probes off"}))
+        calls = {k: (lambda f=f: f(idx)) for k, f in compiled.items()}
+        # "probes off" (the summary model, switched off) right after its baseline in every round
+        fns = {"plain": calls["plain"], "probes off": calls["summary"], **calls}
+        med = interleaved(fns, 9 if quick else 41, 50, probes_off=frozenset({"probes off"}))
     return {"probes_per_step": 3 * 4, "us": {k: v * 1e6 for k, v in med.items()}}
 
 
@@ -157,7 +158,7 @@ def part_kernel(quick: bool) -> dict:
     import dynstep
 
     out: dict = {}
-    sizes = {"small": (64, 11 if quick else 31, 200), "large": (16 * 1024 * 1024, 2 if quick else 5, 1)}
+    sizes = {"small": (64, 11 if quick else 61, 200), "large": (16 * 1024 * 1024, 2 if quick else 5, 1)}
     for label, (n, rounds, iters) in sizes.items():
         x = torch.randn(n)
         compiled = {"unprobed": eight_ops(None, "unprobed")}
@@ -170,8 +171,9 @@ def part_kernel(quick: bool) -> dict:
         # no probe, the 8 values returned instead: what it costs Inductor to materialise them
         compiled["values as outputs"] = torch.compile(fresh(eight_values, label), backend="inductor",
                                                       fullgraph=True)
-        fns: dict[str, Callable[[], object]] = {k: (lambda f=f: f(x)) for k, f in compiled.items()}
-        fns["probes off"] = fns["summary"]  # the same compiled function, switched off
+        calls = {k: (lambda f=f: f(x)) for k, f in compiled.items()}
+        # "probes off" (the summary function, switched off) right after its baseline in every round
+        fns = {"unprobed": calls["unprobed"], "probes off": calls["summary"], **calls}
         if label == "large" and os.environ.get("DYNSTEP_NATIVE") == "0":
             for k in ("summary", "superstep summary"):  # seconds per call; record shows the scale
                 fns.pop(k)
@@ -253,7 +255,7 @@ def part_tokens(quick: bool) -> dict:
         for name, (inner, probed) in pairs.items():
             plain = eight_ops(None, f"{inner}_plain_{len(out)}", inner)
             med = interleaved({"plain": lambda f=plain: f(x), "probed": lambda f=probed: f(x)},
-                              11 if quick else 31, 200)
+                              11 if quick else 61, 200)
             out[name] = (med["probed"] - med["plain"]) / N_OPS * 1e6
     return out
 
