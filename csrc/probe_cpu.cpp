@@ -176,8 +176,8 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
 // ---- the direct call Inductor's Python wrapper makes (dynstep/fastpath.py) ------------------
 //
 // `torch.ops.dynstep.probe.default(buf, site)` from Python parses its arguments against the
-// schema, boxes them, computes the dispatch key set and releases the GIL: about 2-3 µs, several
-// times what the kernel itself does on a small tensor. Inductor's generated wrapper calls this
+// schema, boxes them, computes the dispatch key set and releases the GIL: about 1.5 µs here
+// (bench/probe_overhead.py: calls), several times what the kernel does on a small tensor. Inductor's generated wrapper calls this
 // instead. It goes through the dispatcher only when something above the CPU kernel could act:
 // a non-CPU or non-strided tensor (the CUDA kernel), a Python tensor subclass or fake tensor, or
 // an active TorchDispatchMode. It shows up in torch.profiler as dynstep::probe, like the op.
@@ -214,7 +214,7 @@ void probe_direct(const at::Tensor& x, int64_t site) {
 }
 
 // A METH_FASTCALL function rather than a pybind11 def: no overload resolution or argument
-// casters on the hot path (about a third of the call's cost on a small tensor). Errors reach
+// casters on the hot path (as a pybind11 def, the call measured twice as long on a small tensor). Errors reach
 // Python as torch.ops would raise them (torch/csrc/Exceptions.h: HANDLE_TH_ERRORS).
 PyObject* probe_fastcall(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS

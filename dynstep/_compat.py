@@ -362,6 +362,12 @@ def wrapper_import(line: str) -> None:
     V.graph.wrapper_code.add_import_once(line)
 
 
+def extern_kernel_args(node: Any) -> list[str]:
+    # torch/_inductor/ir.py: ExternKernel.codegen_args, the argument expressions Inductor itself
+    # writes for a fallback kernel (buffer names, reinterpret_tensor views, constants).
+    return list(node.codegen_args())
+
+
 def guard_module_constant(module: str, attribute: str) -> bool:
     # torch/_dynamo/source.py: ImportSource + AttrSource name a module attribute the way Dynamo's
     # own guards do; torch/_dynamo/guards.py: install_guard adds the guard to the frame being

@@ -48,7 +48,7 @@ _installed = False
 def codegen(node: Any, writeline: Callable[[str], None]) -> None:
     """Write the wrapper line for one `dynstep::probe` fallback kernel node."""
     _compat.wrapper_import(IMPORT_LINE)
-    writeline(f"dynstep_probe({', '.join(node.codegen_args())})")
+    writeline(f"dynstep_probe({', '.join(_compat.extern_kernel_args(node))})")
 
 
 def disabled_reason() -> str | None:

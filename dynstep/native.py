@@ -6,7 +6,8 @@
 
 The first call builds the extension with `torch.utils.cpp_extension.load` into a cache directory
 (`$DYNSTEP_CACHE_DIR` or `~/.cache/dynstep`, one folder per torch version and content of the
-sources) and logs that it is doing so; later processes load the cached library. `DYNSTEP_NATIVE=0` turns native kernels off.
+sources) and logs that it is doing so; later processes load the cached library.
+`DYNSTEP_NATIVE=0` turns native kernels off.
 Installing dynstep never needs a compiler: without one, the Python kernel stays in place and
 `dynstep doctor` says why.
 """
@@ -104,8 +105,8 @@ def _build() -> tuple[ModuleType | None, NativeStatus]:
     build.mkdir(parents=True, exist_ok=True)
     fresh = not any(build.glob("dynstep_native*.so"))
     if fresh:
-        log.warning("dynstep: building the native probe kernel into %s (once per torch version and kernel source; "
-                    "about a minute; DYNSTEP_NATIVE=0 skips it)", build)
+        log.warning("dynstep: building the native probe kernel into %s (once per torch version and "
+                    "kernel source; about a minute; DYNSTEP_NATIVE=0 skips it)", build)
     start = time.perf_counter()
     sources, flags = list(SOURCES), ["-O3"]
     if with_cuda():  # a CUDA kernel only against a CUDA-enabled torch

@@ -40,17 +40,18 @@ def _probe_kernel(x: torch.Tensor, site: int) -> None:
     on_probe(x, site)
 
 
-_fast_wrapper = False
+_fast_wrapper_tried = False
 
 
 def _probe_fake(x: torch.Tensor, site: int) -> None:
     # Runs while a graph calling the op is traced. Once Inductor's code generator is loaded (it
     # is by the time AOTAutograd traces for Inductor), its wrapper lines call the probe directly.
-    global _fast_wrapper
-    if not _fast_wrapper and _compat.inductor_codegen_loaded():
+    global _fast_wrapper_tried
+    if not _fast_wrapper_tried and _compat.inductor_codegen_loaded():
         from . import fastpath
 
-        _fast_wrapper = fastpath.install() or True
+        fastpath.install()
+        _fast_wrapper_tried = True
     return None
 
 

@@ -179,7 +179,7 @@ def direct_probe_calls(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     `dynstep.fastpath` instead of the op, and drop AOTAutograd's effect tokens around it.
 
     Run eagerly, `with_effects(token, dynstep.probe, x, site)` goes through the higher-order op's
-    Python dispatch (about 80 µs per probe, bench/probe_overhead.py: tokens), and an op call
+    Python dispatch (about 50 µs per probe, bench/probe_overhead.py: tokens), and an op call
     through the dispatcher costs microseconds more than the direct entry. An FX graph runs its
     nodes in order, so the order the token enforced holds without it (Inductor removes the
     tokens itself and is not given this graph).

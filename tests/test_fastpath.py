@@ -38,6 +38,7 @@ def test_inductor_wrapper_calls_the_probe_directly_with_the_same_records(gpt):
     assert fastpath.IMPORT_LINE in code
     assert code.count("dynstep_probe(") == 2
     assert "torch.ops.dynstep.probe.default(" not in code
+    assert not any(t in code for t in ("with_effects", "_make_token", "_sink_tokens"))  # no run-time tokens
     for name in names:
         (snap,) = s.records(f"module:{name}")
         torch.testing.assert_close(snap.tensor, expected[name][0], rtol=1e-5, atol=1e-5)
