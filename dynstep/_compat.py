@@ -332,8 +332,8 @@ def register_wrapper_codegen(kernel_name: str, codegen: Callable[[Any, Callable[
     # torch/_inductor/codegen/custom_extern_kernel_codegen.py: CUSTOM_EXTERN_KERNEL_CODEGEN maps a
     # fallback kernel's python_kernel_name ("torch.ops.ns.op.default") to a function that writes its
     # line in the Python wrapper (torch/_inductor/codegen/wrapper.py: generate_fallback_kernel);
-    # the C++ wrapper (cpp_wrapper=True) never consults it. Torch without it (2.11 and older):
-    # False, and Inductor keeps writing the op call.
+    # the C++ wrapper (cpp_wrapper=True) never consults it. Added with the print HOP's codegen
+    # (pytorch#167680, late 2025); a torch without it: False, and Inductor keeps the op call.
     try:
         from torch._inductor.codegen.custom_extern_kernel_codegen import (
             CUSTOM_EXTERN_KERNEL_CODEGEN,
