@@ -241,6 +241,24 @@ def test_inductor_relu_bug_is_found_with_its_kernel():
     assert first.kernel.startswith("cpp_fused"), first
 
 
+@pytest.mark.slow
+def test_ladder_tells_inductor_from_the_mode_under_test():
+    """With a mode= under test, Inductor in its default mode is a rung: here it already diverges,
+    so the bug is Inductor's own, not the mode's (on CPU reduce-overhead has no CUDA graphs)."""
+    import torch._inductor.config as inductor_config
+
+    def fn(x, w):
+        return torch.relu(torch.tanh(x @ w) * 3).sum(-1)
+
+    torch.manual_seed(0)
+    with inductor_config.patch({"cpp.inject_relu_bug_TESTING_ONLY": "accuracy"}):
+        report = dynstep.diff(fn, torch.randn(8, 16), torch.randn(16, 16), backend="inductor",
+                              mode="reduce-overhead")
+    rungs = [(s.backend, s.diverged) for s in report.graphs[0].ladder]
+    assert rungs == [("aot_eager", False), ("aot_eager_decomp_partition", False), ("inductor", True),
+                     ("inductor (mode=reduce-overhead)", True)], rungs
+
+
 def test_kernel_names_come_from_inductor_provenance_comments():
     from dynstep.eagerdiff.kernels import kernel_for
 

@@ -23,6 +23,24 @@ def backend_name(backend: str | Callable[..., Any]) -> str:
     return getattr(backend, "__name__", type(backend).__name__)
 
 
+def ladder(backend: str | Callable[..., Any], mode: str | None) -> list[tuple[str, str | None]]:
+    """The stages below the backend under test, in order: (backend, mode).
+
+    aot_eager, then AOTAutograd with Inductor's decompositions and partitioner; when Inductor runs
+    with a `mode=` (reduce-overhead: CUDA graphs), Inductor in its default mode is a stage of its
+    own, so a divergence that only the mode brings is told apart from one Inductor always makes.
+    """
+    rungs: list[tuple[str, str | None]] = [(b, None) for b in LADDER if b not in ("eager", backend)]
+    if backend == "inductor" and mode not in (None, "default"):
+        rungs.append(("inductor", None))
+    return rungs
+
+
+def rung_name(backend: str | Callable[..., Any], mode: str | None) -> str:
+    name = backend_name(backend)
+    return f"{name} (mode={mode})" if mode not in (None, "default") else name
+
+
 def compile_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], backend: str | Callable[..., Any], *,
                   mode: str | None = None) -> Callable[..., Any]:
     from dynstep.backends import inner

@@ -42,6 +42,7 @@ from .probed import ProbedRun, is_tensorish, output_nodes
 from .report import GraphDiff, LadderStep, NanOrigin, NodeDiff
 
 CALLS = ("call_function", "call_method", "call_module")
+_CONFIGURED: Any = object()  # compile/measure: the mode of the diff's own configuration
 Progress = Callable[[str, int, int], None]
 
 
@@ -92,10 +93,12 @@ class GraphDiffer:
         if self.cfg.progress is not None:
             self.cfg.progress(what, self.steps, max(self.total, self.steps))
 
-    def compile(self, probes: Sequence[torch.fx.Node] = (), backend: Any = None) -> ProbedRun:
+    def compile(self, probes: Sequence[torch.fx.Node] = (), backend: Any = None,
+                mode: str | None = _CONFIGURED) -> ProbedRun:
         backend = backend or self.cfg.backend
+        mode = self.cfg.mode if mode is _CONFIGURED else mode
         try:
-            run = ProbedRun.compile(self.gm, self.inputs, backend, probes=probes, mode=self.cfg.mode)
+            run = ProbedRun.compile(self.gm, self.inputs, backend, probes=probes, mode=mode)
         except Exception as exc:
             raise DynstepError(
                 f"dynstep diff: backend {_backends.backend_name(backend)!r} failed to compile graph "
@@ -105,9 +108,10 @@ class GraphDiffer:
         self.compiles += 1
         return run
 
-    def measure(self, probes: Sequence[torch.fx.Node] = (), backend: Any = None) -> Measured:
+    def measure(self, probes: Sequence[torch.fx.Node] = (), backend: Any = None,
+                mode: str | None = _CONFIGURED) -> Measured:
         """Compile with `probes`, run once, judge the outputs and the probed values."""
-        return self.check(self.compile(probes, backend), probes)
+        return self.check(self.compile(probes, backend, mode), probes)
 
     def check(self, run: ProbedRun, keep: Sequence[torch.fx.Node], *, outputs: bool = True) -> Measured:
         """Run a compiled copy once and judge the values in `keep` (and the outputs)."""
@@ -259,19 +263,19 @@ class GraphDiffer:
         return search.pin_nonfinite(self, where.lo, where.hi)
 
     def run_ladder(self) -> tuple[LadderStep, ...]:
-        rungs = [b for b in _backends.LADDER if b != "eager" and b != self.cfg.backend]
         out = []
-        for name in rungs:
+        for backend, mode in _backends.ladder(self.cfg.backend, self.cfg.mode):
+            name = _backends.rung_name(backend, mode)
             self.tick(f"ladder: {name}")
             try:
-                m = self.measure(backend=name)
+                m = self.measure(backend=backend, mode=mode)
             except Exception as exc:  # a rung that cannot compile this graph is reported, not fatal
                 out.append(LadderStep(name, False, math.nan, math.nan, f"could not compile: {exc!r}"[:200]))
                 continue
             worst = max(m.outputs, key=lambda d: d.error / d.budget if d.budget else 0.0, default=None)
             out.append(LadderStep(name, m.outputs_diverged, worst.error if worst else 0.0,
                                   worst.budget if worst else 0.0))
-        out.append(LadderStep(_backends.backend_name(self.cfg.backend), True, math.nan, math.nan,
+        out.append(LadderStep(_backends.rung_name(self.cfg.backend, self.cfg.mode), True, math.nan, math.nan,
                               "the backend under test"))
         return tuple(out)
 
