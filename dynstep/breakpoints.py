@@ -30,9 +30,10 @@ import torch
 from . import _compat
 from . import ops  # noqa: F401  (dynstep::breakpoint must exist before a graph can call it)
 from .compile_stop import CompileStop, LocalInfo
+from .options import switched_off
 
 _COMPTIME = _compat.comptime()
-_state = {"enabled": os.environ.get("DYNSTEP_BREAKPOINTS", "1").strip().lower() not in ("0", "false", "off", "no")}
+_state = {"enabled": not switched_off("DYNSTEP_BREAKPOINTS")}
 
 
 def enable() -> None:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _compat, native, ops
+from .options import switched_off
 
 KERNEL_NAME = "torch.ops.dynstep.probe.default"
 IMPORT_LINE = "from dynstep.fastpath import probe as dynstep_probe"
@@ -52,8 +53,7 @@ def codegen(node: Any, writeline: Callable[[str], None]) -> None:
 
 
 def disabled_reason() -> str | None:
-    value = os.environ.get("DYNSTEP_FAST_PROBE", "1").strip().lower()
-    if value in ("0", "false", "no", "off"):
+    if switched_off("DYNSTEP_FAST_PROBE"):
         return f"disabled by DYNSTEP_FAST_PROBE={os.environ['DYNSTEP_FAST_PROBE']}"
     return None
 

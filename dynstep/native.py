@@ -50,8 +50,9 @@ _tried = False
 
 
 def disabled_reason() -> str | None:
-    value = os.environ.get("DYNSTEP_NATIVE", "1").strip().lower()
-    if value in ("0", "false", "no", "off"):
+    from .options import switched_off
+
+    if switched_off("DYNSTEP_NATIVE"):
         return f"disabled by DYNSTEP_NATIVE={os.environ['DYNSTEP_NATIVE']}"
     return None
 

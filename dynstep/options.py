@@ -106,6 +106,11 @@ class Options:
         return opts
 
 
+def switched_off(name: str) -> bool:
+    """A DYNSTEP_* on/off switch read from the environment: off for 0/false/no/off, on when unset."""
+    return os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off")
+
+
 def _str_list(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)

@@ -22,12 +22,12 @@ no fusion lost to a probe. In eager code a disabled `TensorProbe` returns its in
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 
 from . import _compat
+from .options import switched_off
 
-ENABLED: bool = os.environ.get("DYNSTEP_PROBES", "1").strip().lower() not in ("0", "false", "off", "no")
+ENABLED: bool = not switched_off("DYNSTEP_PROBES")
 
 
 def enabled() -> bool:
