@@ -184,6 +184,21 @@ def test_copy_larger_than_cap_keeps_stats_only():
         dynstep.set_record_memory_cap(previous)
 
 
+def test_small_summaries_are_stats_at_drain_outside_the_record_memory():
+    """A summary of a small tensor is copied at the hit and summarised when read (csrc/probe_cpu.cpp:
+    kDeferredSummaryBytes): the copy never counts as record memory nor comes back as a tensor,
+    and the stats are those of the value at the hit, not of what the tensor holds later."""
+    s = site(("summary",))
+    x = torch.arange(16.0)
+    held = dynstep.record_memory().held
+    with dynstep.session() as sess:
+        torch.ops.dynstep.probe(x, s.id)
+        x.mul_(100)  # the model goes on writing the buffer
+        assert dynstep.record_memory().held == held
+        (snap,) = sess.records()
+    assert snap.tensor is None and (snap.stats["max"], snap.stats["mean"]) == (15.0, 7.5)
+
+
 def test_close_site_leaves_a_closed_noop_and_releases_ring_memory():
     native = native_mod.get()
     s = site(("record",), capacity=4)
