@@ -1,30 +1,36 @@
-"""Cost of a CUDA probe inside a captured CUDA graph: device-side summary against a full-copy probe.
+"""Cost of CUDA probes inside captured CUDA graphs, against a full-copy probe, in one run.
 
-    python bench/cuda_probe_overhead.py        # skips (exit 0) without CUDA
+    python bench/cuda_probe_overhead.py [--json out.json]     # skips (exit 0) without CUDA
 
-Full copy is what torch-cudagraph-debug does: the whole tensor D2H into pinned memory, then a
-host callback (here: dynstep's `record` action, which also computes stats on the device). The
-summary probe moves a few dozen bytes. One run, one baseline: the same graph without probes.
-NOT YET RUN ON A GPU (docs/gpu-validation.md).
+Part 1, `kernel`: a hand-captured graph of 8 sin ops with a probe after each, replayed; per
+size: the graph without probes (baseline), with dynstep's summary probe (stats reduced on the
+device and published by the kernel into a mapped pinned ring: no host callback, no copy node), and
+with a full-copy probe (what torch-cudagraph-debug does: the whole tensor D2H into pinned memory,
+then a host callback; here dynstep's `record` action, which also reduces stats on the device).
+Part 2, `model`: TinyGPT compiled by Inductor with mode="reduce-overhead" (CUDA graph trees),
+plain, and through superstep with summary probes on every block's output, both replayed.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import sys
 
 import torch
 
 
-def replay_ms(g: torch.cuda.CUDAGraph, iters: int = 50) -> float:
-    g.replay()
+def time_ms(fn, iters: int = 50, repeats: int = 7) -> float:
+    """Median over `repeats` of the mean time of `iters` calls, by CUDA events."""
+    fn()
     torch.cuda.synchronize()
     times = []
-    for _ in range(5):
+    for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(iters):
-            g.replay()
+            fn()
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / iters)
@@ -42,31 +48,81 @@ def capture(x: torch.Tensor, site: int | None) -> torch.cuda.CUDAGraph:
     return g
 
 
+def kernel_part(results: dict) -> None:
+    import dynstep
+    from dynstep.sites import SITES
+
+    def site(actions):
+        return SITES.add(kind="value", probe="bench", node="n", target="t", module="", source="bench:1",
+                         source_text="", graph="g", actions=actions, capacity=4).id
+
+    print(f"kernel: {torch.cuda.get_device_name()}  torch {torch.__version__}  8 probes per replay")
+    print(f"{'elements':>10} {'plain ms':>9} {'summary ms':>11} {'full copy ms':>13} "
+          f"{'summary us/probe':>17} {'copy us/probe':>14} {'copy/summary':>13}")
+    for n in (64, 1 << 20, 16 << 20):
+        x = torch.randn(n, device="cuda")
+        with dynstep.session(summaries=4) as s:
+            plain = time_ms(capture(x, None).replay)
+            summ = time_ms(capture(x, site(("summary",))).replay)
+            full = time_ms(capture(x, site(("record",))).replay)
+            s.records()  # harvest the rings: the probes did record
+        per_s, per_f = (summ - plain) * 1e3 / 8, (full - plain) * 1e3 / 8
+        ratio = per_f / max(per_s, 1e-9)
+        print(f"{n:>10} {plain:>9.3f} {summ:>11.3f} {full:>13.3f} {per_s:>17.2f} {per_f:>14.2f} {ratio:>13.1f}")
+        results.setdefault("kernel", []).append(dict(elements=n, plain_ms=plain, summary_ms=summ, full_copy_ms=full,
+                                                     summary_us_per_probe=per_s, copy_us_per_probe=per_f))
+
+
+def model_part(results: dict) -> None:
+    import dynstep
+    from dynstep.demo.model import make
+    from torch._dynamo.utils import counters
+
+    model, idx = make(seed=0, layers=4, dim=64, seq=64)
+    model, idx = model.cuda().eval(), idx.cuda()
+    rows = {}
+    for name, compile_it in (
+        ("plain", lambda: torch.compile(model, mode="reduce-overhead")),
+        ("probed", lambda: torch.compile(model, backend="superstep", options={
+            "probe": ["module:blocks.*"], "inner": "inductor", "mode": "reduce-overhead"})),
+    ):
+        torch._dynamo.reset()
+        counters.clear()
+        cm = compile_it()
+        with torch.no_grad(), dynstep.session(summaries=64) as s:
+            for _ in range(3):
+                cm(idx)  # warm-up and recording of the CUDA graph tree
+            ms = time_ms(lambda: cm(idx), iters=100)
+            recs = s.records()
+        skips = counters["inductor"]["cudagraph_skips"]
+        rows[name] = dict(ms=ms, cudagraph_skips=skips, probes=len({r.site for r in recs}), records=len(recs))
+        print(f"model {name:>6}: {ms * 1e3:8.1f} us/step   cudagraph_skips={skips}   "
+              f"probe sites hit={rows[name]['probes']}  summaries taken={len(recs)}")
+    probed, plain = rows["probed"], rows["plain"]
+    per = (probed["ms"] - plain["ms"]) * 1e3 / max(probed["probes"], 1)
+    print(f"model: probed/plain = {probed['ms'] / plain['ms']:.3f}   {per:.2f} us per probe per step")
+    results["model"] = dict(rows, ratio=probed["ms"] / plain["ms"], us_per_probe=per)
+
+
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--parts", default="kernel,model")
+    args = ap.parse_args()
     if not torch.cuda.is_available():
         print("cuda_probe_overhead: no CUDA device; skipped")
         return 0
-    import dynstep
-    from dynstep import _compat, ops  # noqa: F401
-    from dynstep.sites import SITES
+    from dynstep import _compat, ops  # noqa: F401  (ops loads the native kernels)
 
     if not _compat.has_kernel("dynstep::probe", "CUDA"):
         print("cuda_probe_overhead: no CUDA kernel registered for dynstep::probe (see `dynstep doctor`)")
         return 1
-
-    def site(actions):
-        return SITES.add(kind="value", probe="bench", node="n", target="t", module="", source="bench:1",
-                         source_text="", graph="g", actions=actions, capacity=1).id
-
-    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  8 probes per replay")
-    print(f"{'elements':>10} {'plain ms':>9} {'summary ms':>11} {'full copy ms':>13} {'copy/summary':>13}")
-    for n in (64, 1 << 20, 16 << 20):
-        x = torch.randn(n, device="cuda")
-        with dynstep.session(summaries=4):
-            plain = replay_ms(capture(x, None))
-            summ = replay_ms(capture(x, site(("summary",))))
-            full = replay_ms(capture(x, site(("record",))))
-        print(f"{n:>10} {plain:>9.3f} {summ:>11.3f} {full:>13.3f} {(full - plain) / max(summ - plain, 1e-9):>13.1f}")
+    results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    for part in args.parts.split(","):
+        {"kernel": kernel_part, "model": model_part}[part](results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
     return 0
 
 

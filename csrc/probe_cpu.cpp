@@ -29,6 +29,7 @@
 namespace dynstep {
 
 void collect_native();  // below: frees CUDA payloads nobody holds (a no-op in a CPU build)
+void harvest_native();  // below: stats-only CUDA hits published on the device -> site rings
 
 namespace {
 
@@ -256,6 +257,7 @@ void set_compare(int64_t site, const at::Tensor& expected, double rtol, double a
 }
 
 py::tuple site_state(int64_t site) {
+  harvest_native();
   auto s = Registry::get().find(site);
   TORCH_CHECK(s, "dynstep: site ", site, " is not registered natively");
   std::lock_guard<std::mutex> g(s->mu);
@@ -274,6 +276,7 @@ void reset_flags(int64_t site) {
 // Entries of one site (or all with site < 0), oldest first, and the drop counts since the last
 // drain: ([(site, seq, call, thread, stats, shape, dtype, tensor|None, device)], {site: (ring, memory)}).
 py::tuple drain(int64_t only) {
+  harvest_native();
   collect_native();
   py::list out;
   py::dict dropped;
@@ -341,9 +344,16 @@ bool native_dtype_supported(at::ScalarType t) { return native_dtype(t); }
 // csrc/cuda/probe_cuda_op.cpp: CUDA payloads of a site, and freeing those nobody holds any more.
 void release_cuda_site(int64_t site);
 void collect_cuda();
+void harvest_cuda();
 int64_t cuda_replays(int64_t site);
 std::tuple<int64_t, int64_t, int64_t> cuda_payloads();
 #endif
+
+void harvest_native() {
+#ifdef DYNSTEP_WITH_CUDA
+  harvest_cuda();
+#endif
+}
 
 // Safe points for freeing CUDA payloads (registration, close, drain); nothing in a CPU build.
 void collect_native() {

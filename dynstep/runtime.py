@@ -358,7 +358,7 @@ def drain_native(site_id: int | None = None) -> int:
     entries, dropped = native.drain(-1 if site_id is None else site_id)
     for sid, seq, call, thread, numbers, shape, dtype, tensor, device in entries:
         snap = snapshot_for(SITES.get(sid), call, tuple(shape), dtype, device, Stats(*numbers), tensor, seq)
-        _deliver(snap, thread)
+        _deliver(snap, thread or None)  # 0: a CUDA hit harvested from the device ring: the drainer's sessions
     for sid, (ring, memory) in dropped.items():
         sink = _sinks.get(sid)
         if sink is not None:

@@ -1,5 +1,10 @@
-// CUDA side of the native probe: device stats in one pass, async D2H into pinned staging, and a
-// host callback (cudaLaunchHostFunc) that runs the native action on the host copy.
+// CUDA side of the native probe. Two paths, both capturable:
+// - stats only (summary, the non-finite flag): the device reduces the tensor and its last block
+//   publishes the few dozen bytes of stats into a ring in mapped pinned host memory (a seqlock per
+//   slot). No host callback and no copy node: a replay pays for the reduction kernel(s) alone, and
+//   the host harvests the ring when records are drained (or the site's state is read).
+// - record / compare: device stats, an async D2H copy into pinned staging and a host callback
+//   (cudaLaunchHostFunc) that runs the native action on the host copy.
 //
 // Everything `enqueue*` does is capturable: kernel launches, cudaMemcpyAsync into pinned memory
 // allocated beforehand, cudaLaunchHostFunc. `prepare` allocates once per (site, shape, dtype,
@@ -24,6 +29,8 @@
 
 #include <pthread.h>
 
+#include <algorithm>
+
 #include "../probe_state.h"
 #include "probe_cuda.h"
 
@@ -35,6 +42,27 @@ struct DevAcc {
   double sum, sumsq, min, max, absmax;
   unsigned long long nan, inf, count;
 };
+
+// One published hit of a stats-only payload, in mapped pinned memory. The device clears `seq`,
+// writes the rest, then sets `seq` = index + 1 (system fences between): the host takes a slot
+// only when it reads the same `seq` before and after copying it.
+struct RingSlot {
+  DevAcc acc;
+  double shift;
+  unsigned long long devseq;  // order of hits across payloads of one device
+  unsigned long long seq;
+};
+
+// Head of a stats-only payload's mapped memory: hits published so far and the first non-finite
+// hit (kept even when its slot is overwritten before the host harvests it).
+struct RingHeader {
+  unsigned long long count;
+  unsigned long long nonfinite_index1;  // index + 1 of the first hit with NaN/Inf, 0: none yet
+  unsigned long long nonfinite_nan, nonfinite_inf;
+  unsigned int nonfinite_ready;
+};
+
+__device__ unsigned long long g_devseq = 0;  // per device: the module's globals are per context
 
 template <typename T> __device__ __forceinline__ double to_double(T v) { return static_cast<double>(v); }
 template <> __device__ __forceinline__ double to_double<__half>(__half v) { return static_cast<double>(__half2float(v)); }
@@ -72,6 +100,7 @@ __device__ __forceinline__ DevAcc dev_empty() {
 }
 
 constexpr int kThreads = 256;
+constexpr int64_t kMaxRing = 1 << 16;  // slots of a stats-only payload's mapped ring
 
 __device__ void block_reduce(DevAcc& mine, DevAcc* shared) {
   shared[threadIdx.x] = mine;
@@ -83,12 +112,48 @@ __device__ void block_reduce(DevAcc& mine, DevAcc* shared) {
   mine = shared[0];
 }
 
+template <typename T>
+__device__ __forceinline__ double shift_of(const T* x, long long n) {
+  double first = n > 0 ? to_double(x[0]) : 0.0;
+  return isfinite(first) ? first : 0.0;
+}
+
+// Publish one hit's stats into the mapped ring (one thread).
+__device__ void publish(const DevAcc& a, double shift, RingHeader* head, RingSlot* slots, unsigned long long capacity) {
+  unsigned long long index = atomicAdd(&head->count, 1ULL);
+  RingSlot* slot = slots + index % capacity;
+  volatile unsigned long long* seq = &slot->seq;
+  *seq = 0ULL;  // being written
+  __threadfence_system();
+  slot->acc = a;
+  slot->shift = shift;
+  slot->devseq = atomicAdd(&g_devseq, 1ULL);
+  if ((a.nan || a.inf) && atomicCAS(&head->nonfinite_index1, 0ULL, index + 1) == 0ULL) {
+    head->nonfinite_nan = a.nan;
+    head->nonfinite_inf = a.inf;
+    __threadfence_system();
+    *reinterpret_cast<volatile unsigned int*>(&head->nonfinite_ready) = 1u;
+  }
+  __threadfence_system();
+  *seq = index + 1;
+}
+
+// Stats-only hit of a small tensor (one block): reduce and publish, one kernel node.
+template <typename T>
+__global__ void stats_publish(const T* x, long long n, RingHeader* head, RingSlot* slots, unsigned long long capacity) {
+  __shared__ DevAcc shared[kThreads];
+  const double shift = shift_of(x, n);
+  DevAcc a = dev_empty();
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) dev_add(a, to_double(x[i]), shift);
+  block_reduce(a, shared);
+  if (threadIdx.x == 0) publish(a, shift, head, slots, capacity);
+}
+
 // Pass 1: each block reduces a grid-stride slice into partials[blockIdx.x].
 template <typename T>
 __global__ void stats_partial(const T* x, long long n, DevAcc* partials, double* shift_out) {
   __shared__ DevAcc shared[kThreads];
-  double first = to_double(x[0]);
-  double shift = isfinite(first) ? first : 0.0;
+  const double shift = shift_of(x, n);
   DevAcc a = dev_empty();
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     dev_add(a, to_double(x[i]), shift);
@@ -100,13 +165,18 @@ __global__ void stats_partial(const T* x, long long n, DevAcc* partials, double*
   }
 }
 
-// Pass 2: one block folds the partials into `out`, the few bytes that cross the bus.
-__global__ void stats_final(const DevAcc* partials, int blocks, DevAcc* out) {
+// Pass 2: one block folds the partials into `out` (record mode: copied to the host next), or
+// publishes them into the mapped ring (stats only: `head` set).
+__global__ void stats_final(const DevAcc* partials, int blocks, DevAcc* out, const double* shift, RingHeader* head,
+                            RingSlot* slots, unsigned long long capacity) {
   __shared__ DevAcc shared[kThreads];
   DevAcc a = dev_empty();
   for (int i = threadIdx.x; i < blocks; i += blockDim.x) dev_merge(a, partials[i]);
   block_reduce(a, shared);
-  if (threadIdx.x == 0) *out = a;
+  if (threadIdx.x == 0) {
+    if (head != nullptr) publish(a, *shift, head, slots, capacity);
+    else *out = a;
+  }
 }
 
 // What the host callback reads: device-reduced stats (summary) and the shift they used.
@@ -128,6 +198,13 @@ struct Payload {
   double* d_shift = nullptr;
   HostStats* h_stats = nullptr;   // pinned
   void* h_copy = nullptr;         // pinned staging for the full copy (record / full-copy mode)
+  // Stats-only payloads: the mapped ring (header, then `ring_capacity` slots), host and device views.
+  int64_t ring_capacity = 0;
+  RingHeader* h_head = nullptr;
+  RingHeader* d_head = nullptr;
+  RingSlot* d_slots = nullptr;
+  uint64_t harvested = 0;         // next ring index the host takes (under g_harvest_mu)
+  bool nonfinite_taken = false;   // the header's first non-finite hit has been seen by the host
   std::atomic<int64_t> replays{0};
   std::atomic<int64_t> inflight{0};  // eager hits enqueued whose host callback has not run yet
   Payload* next_retired = nullptr;
@@ -149,16 +226,18 @@ static void retire(Payload* p) {
 // Destructor of the CUDA user object a captured graph holds: drop that graph's reference.
 static void CUDART_CB drop_graph_ref(void* ref) { delete static_cast<std::shared_ptr<Payload>*>(ref); }
 
-static Stats finish(const HostStats& h) {
+static Stats finish(const DevAcc& d, double shift) {
   Acc a;
-  a.shift = h.shift;
-  a.sum = h.acc.sum; a.sumsq = h.acc.sumsq;
-  a.min = h.acc.min; a.max = h.acc.max; a.absmax = h.acc.absmax;
-  a.nan = static_cast<int64_t>(h.acc.nan);
-  a.inf = static_cast<int64_t>(h.acc.inf);
-  a.count = static_cast<int64_t>(h.acc.count);
+  a.shift = shift;
+  a.sum = d.sum; a.sumsq = d.sumsq;
+  a.min = d.min; a.max = d.max; a.absmax = d.absmax;
+  a.nan = static_cast<int64_t>(d.nan);
+  a.inf = static_cast<int64_t>(d.inf);
+  a.count = static_cast<int64_t>(d.count);
   return a.finish();
 }
+
+static Stats finish(const HostStats& h) { return finish(h.acc, h.shift); }
 
 // Host stats over the pinned copy, for the full-copy mode (what a copy-everything probe does).
 template <typename T> double host_double(T v) { return static_cast<double>(v); }
@@ -281,8 +360,15 @@ static void CUDART_CB on_host(void* user) {
 
 template <typename T>
 static cudaError_t launch_stats(const Payload& p, const void* x, cudaStream_t stream) {
-  stats_partial<T><<<p.blocks, kThreads, 0, stream>>>(static_cast<const T*>(x), p.numel, p.d_partials, p.d_shift);
-  stats_final<<<1, kThreads, 0, stream>>>(p.d_partials, p.blocks, p.d_partials + p.blocks);
+  const T* data = static_cast<const T*>(x);
+  const auto capacity = static_cast<unsigned long long>(p.ring_capacity);
+  if (p.d_head != nullptr && p.blocks == 1) {  // stats only, small: one kernel node
+    stats_publish<T><<<1, kThreads, 0, stream>>>(data, p.numel, p.d_head, p.d_slots, capacity);
+    return cudaGetLastError();
+  }
+  stats_partial<T><<<p.blocks, kThreads, 0, stream>>>(data, p.numel, p.d_partials, p.d_shift);
+  stats_final<<<1, kThreads, 0, stream>>>(p.d_partials, p.blocks, p.d_partials + p.blocks, p.d_shift, p.d_head,
+                                          p.d_slots, capacity);
   return cudaGetLastError();
 }
 
@@ -302,11 +388,151 @@ static cudaError_t launch_stats_any(const Payload& p, const void* x, cudaStream_
   }
 }
 
+// -- harvesting the stats-only rings ----------------------------------------------------------------
+// Leaked on purpose, as the Registry: harvesting never runs CUDA, only reads mapped host memory.
+static std::mutex& harvest_mu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+static std::vector<Payload*>& ring_payloads() {  // live stats-only payloads (under harvest_mu)
+  static auto* v = new std::vector<Payload*>();
+  return *v;
+}
+
+struct Taken {
+  unsigned long long devseq;
+  Payload* p;
+  uint64_t index;
+  DevAcc acc;
+  double shift;
+};
+
+static unsigned long long load_seq(const RingSlot& slot) {
+  unsigned long long v = *reinterpret_cast<const volatile unsigned long long*>(&slot.seq);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return v;
+}
+
+// Take what `p`'s ring has published since the last harvest (caller holds harvest_mu). Slots
+// overwritten before the host got to them are counted as ring drops of their site.
+static void take(Payload& p, std::vector<Taken>& out) {
+  const auto* slots = reinterpret_cast<const RingSlot*>(p.h_head + 1);
+  const uint64_t cap = static_cast<uint64_t>(p.ring_capacity);
+  uint64_t lost = 0;
+  for (uint64_t i = p.harvested;; ++i) {
+    const RingSlot& slot = slots[i % cap];
+    unsigned long long before = load_seq(slot);
+    if (before == i + 1) {
+      Taken t{slot.devseq, &p, i, slot.acc, slot.shift};
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (load_seq(slot) == before) {
+        out.push_back(t);
+      } else {
+        ++lost;  // overwritten while being read: the device has lapped the ring
+      }
+      p.harvested = i + 1;
+    } else if (before > i + 1) {  // lapped: slot holds a later hit; everything before its lap is gone
+      uint64_t oldest = before > cap ? before - cap : 0;  // oldest index that may still be in the ring
+      if (oldest <= i) oldest = i + 1;
+      lost += oldest - i;
+      p.harvested = oldest;
+      i = oldest - 1;
+    } else {
+      break;  // not published yet (still queued, or being written)
+    }
+  }
+  if (lost == 0) return;
+  p.replays.fetch_add(static_cast<int64_t>(lost));
+  std::shared_ptr<SiteState> sp = Registry::get().find(p.site);
+  if (!sp || sp->closed.load()) {
+    g_ignored.fetch_add(static_cast<int64_t>(lost));
+    return;
+  }
+  sp->calls.fetch_add(static_cast<int64_t>(lost));
+  std::lock_guard<std::mutex> g(sp->mu);
+  sp->dropped_ring += static_cast<int64_t>(lost);
+}
+
+// The first non-finite hit of a payload whose slot was lost before the host saw it still sets the
+// site's sticky flag (caller holds harvest_mu).
+static void take_nonfinite(Payload& p) {
+  if (p.nonfinite_taken) return;
+  const volatile RingHeader* h = p.h_head;
+  if (h->nonfinite_ready == 0u) return;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  p.nonfinite_taken = true;
+  std::shared_ptr<SiteState> sp = Registry::get().find(p.site);
+  if (!sp || sp->closed.load() || !(sp->actions.load() & kNonFiniteFlag)) return;
+  std::lock_guard<std::mutex> g(sp->mu);
+  if (sp->nonfinite_seen) return;
+  sp->nonfinite_seen = true;
+  if (sp->compare_message.empty())
+    sp->compare_message = "CUDA hit " + std::to_string(h->nonfinite_index1 - 1) + " of this capture (its summary " +
+        "was overwritten before it was read): " + std::to_string(h->nonfinite_nan) + " NaN, " +
+        std::to_string(h->nonfinite_inf) + " Inf";
+}
+
+// One hit into its site's ring, as the host callback would have written it.
+static void deliver(const Taken& t) {
+  Payload& p = *t.p;
+  p.replays.fetch_add(1);
+  std::shared_ptr<SiteState> sp = Registry::get().find(p.site);
+  if (!sp || sp->closed.load()) {
+    g_ignored.fetch_add(1);
+    return;
+  }
+  SiteState& s = *sp;
+  const int64_t call = s.calls.fetch_add(1);
+  Stats st = p.numel ? finish(t.acc, t.shift) : Stats{};
+  const int64_t a = s.actions.load();
+  std::lock_guard<std::mutex> g(s.mu);
+  if ((st.nan || st.inf) && (a & kNonFiniteFlag) && !s.nonfinite_seen) {
+    s.nonfinite_seen = true;
+    if (s.compare_message.empty())
+      s.compare_message = "call " + std::to_string(call) + ": " + std::to_string(st.nan) + " NaN, " +
+          std::to_string(st.inf) + " Inf";
+  }
+  if (!(a & (kSummary | kRecord))) return;
+  Entry& e = claim_slot(s);
+  e.seq = Registry::get().next_seq();
+  e.call = call;
+  e.thread = 0;
+  e.stats = st;
+  e.shape = p.shape;
+  e.dtype = p.dtype;
+  e.device = p.device;
+  e.has_tensor = false;
+}
+
+static int64_t harvest_locked(const std::vector<Payload*>& payloads) {
+  std::vector<Taken> taken;
+  for (Payload* p : payloads) take(*p, taken);
+  // devseq orders hits across payloads of one device (stream order, or the order the device ran them)
+  std::sort(taken.begin(), taken.end(), [](const Taken& a, const Taken& b) {
+    return a.p->device != b.p->device ? a.p->device < b.p->device : a.devseq < b.devseq;
+  });
+  for (const Taken& t : taken) deliver(t);
+  for (Payload* p : payloads) take_nonfinite(*p);
+  return static_cast<int64_t>(taken.size());
+}
+
+int64_t harvest() {
+  std::lock_guard<std::mutex> g(harvest_mu());
+  return harvest_locked(ring_payloads());
+}
+
 static void destroy(Payload* p) {
   int previous = -1;
   if (cudaGetDevice(&previous) == cudaSuccess && previous != p->device) cudaSetDevice(p->device);
-  if (p->d_partials) cudaFree(p->d_partials);
+  if (p->d_partials) cudaFree(p->d_partials);  // synchronizes: the kernels that publish into the ring are done
   if (p->d_shift) cudaFree(p->d_shift);
+  if (p->h_head) {
+    std::lock_guard<std::mutex> g(harvest_mu());
+    harvest_locked({p});  // its last hits, before the ring goes
+    auto& v = ring_payloads();
+    v.erase(std::remove(v.begin(), v.end(), p), v.end());
+  }
+  if (p->h_head) cudaFreeHost(p->h_head);
   if (p->h_stats) cudaFreeHost(p->h_stats);
   if (p->h_copy) cudaFreeHost(p->h_copy);
   if (previous >= 0 && previous != p->device) cudaSetDevice(previous);
@@ -347,7 +573,7 @@ static cudaError_t hold_in_graph(const std::shared_ptr<Payload>& p, cudaStream_t
 }
 
 cudaError_t prepare(int64_t site, int dtype, const int64_t* shape, int ndim, int64_t numel, int64_t element_size,
-                    int mode, cudaStream_t capturing_stream, std::shared_ptr<Payload>* out) {
+                    int mode, int64_t ring_capacity, cudaStream_t capturing_stream, std::shared_ptr<Payload>* out) {
   // Allocation is not a stream operation, but global capture mode forbids it on this thread:
   // relax it for these calls, as c10's CUDA caching allocator does.
   cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
@@ -373,6 +599,20 @@ cudaError_t prepare(int64_t site, int dtype, const int64_t* shape, int ndim, int
   if (mode != kModeSummary && p->nbytes > 0 &&
       (err = cudaHostAlloc(&p->h_copy, static_cast<size_t>(p->nbytes), cudaHostAllocDefault)) != cudaSuccess)
     goto done;
+  if (mode == kModeSummary) {
+    p->ring_capacity = ring_capacity < 1 ? 1 : (ring_capacity > kMaxRing ? kMaxRing : ring_capacity);
+    size_t bytes = sizeof(RingHeader) + sizeof(RingSlot) * static_cast<size_t>(p->ring_capacity);
+    void* mapped = nullptr;
+    if ((err = cudaHostAlloc(&mapped, bytes, cudaHostAllocMapped)) != cudaSuccess) goto done;
+    std::memset(mapped, 0, bytes);  // host memory: no CUDA call, so fine during a capture
+    p->h_head = static_cast<RingHeader*>(mapped);
+    void* device_view = nullptr;
+    if ((err = cudaHostGetDevicePointer(&device_view, mapped, 0)) != cudaSuccess) goto done;
+    p->d_head = static_cast<RingHeader*>(device_view);
+    p->d_slots = reinterpret_cast<RingSlot*>(p->d_head + 1);
+    std::lock_guard<std::mutex> g(harvest_mu());
+    ring_payloads().push_back(raw);
+  }
   if (p->captured) err = hold_in_graph(p, capturing_stream);
 done:
   cudaThreadExchangeStreamCaptureMode(&relaxed);
@@ -385,6 +625,7 @@ cudaError_t enqueue(Payload& p, const void* device_ptr, cudaStream_t stream) {
   // An eager hit keeps the payload from being freed until its host callback has run. A failed
   // enqueue leaves the count up: the payload then leaks rather than be freed under a copy that
   // may still be in flight.
+  if (p.d_head != nullptr) return launch_stats_any(p, device_ptr, stream);  // stats only: published on the device
   if (!p.captured) p.inflight.fetch_add(1, std::memory_order_relaxed);
   cudaError_t err = cudaSuccess;
   if (p.numel > 0 && p.mode != kModeFullCopy) {

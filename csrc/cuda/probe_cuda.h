@@ -2,8 +2,9 @@
 //
 //   Capture c; capture_of(stream, &c);
 //   std::shared_ptr<Payload> p;
-//   prepare(site, dtype, shape, ndim, numel, elsize, kModeSummary, c.active ? stream : nullptr, &p);
-//   enqueue(*p, x.data_ptr(), stream);   // capturable: stats kernels, D2H, host callback
+//   prepare(site, dtype, shape, ndim, numel, elsize, kModeSummary, capacity, c.active ? stream : nullptr, &p);
+//   enqueue(*p, x.data_ptr(), stream);   // capturable: stats kernel(s) (+ D2H and host callback to record)
+//   harvest();                           // stats-only hits: mapped ring -> site rings
 //   p.reset();                           // the last owner retires it ...
 //   free_retired(current_stream);        // ... and a safe point frees it (not while that stream captures)
 //
@@ -28,7 +29,7 @@ enum DType : int { kByte = 0, kChar = 1, kShort = 2, kInt = 3, kLong = 4, kHalf 
                    kBool = 11, kBFloat16 = 15 };
 
 enum Mode : int {
-  kModeSummary = 0,   // device stats only: a few dozen bytes cross the bus
+  kModeSummary = 0,   // device stats only, published by the kernel into a mapped ring: no host callback
   kModeRecord = 1,    // device stats + the whole tensor into pinned staging
   kModeFullCopy = 2,  // the whole tensor, stats on the host (what a copy-everything probe does)
 };
@@ -47,10 +48,18 @@ cudaError_t capture_of(cudaStream_t stream, Capture* out);
 // `capturing_stream` set (nullptr: not capturing; the legacy default stream never captures), the
 // graph being captured on that stream takes a reference to the payload (a CUDA user object), so
 // the payload outlives every replay of that graph.
+// A stats-only payload (kModeSummary) publishes each hit into a mapped ring of `ring_capacity`
+// slots (clamped to 1..65536) that `harvest` reads; other modes ignore it.
 cudaError_t prepare(int64_t site, int dtype, const int64_t* shape, int ndim, int64_t numel, int64_t element_size,
-                    int mode, cudaStream_t capturing_stream, std::shared_ptr<Payload>* out);
+                    int mode, int64_t ring_capacity, cudaStream_t capturing_stream, std::shared_ptr<Payload>* out);
 cudaError_t enqueue(Payload& p, const void* device_ptr, cudaStream_t stream);
 int64_t replays(const Payload& p);
+
+// Moves the hits stats-only payloads have published since the last harvest into their sites'
+// rings (in the order the device ran them), counting slots overwritten before the host read them
+// as ring drops. No CUDA call: callable from any normal thread, capturing or not. Returns how
+// many hits it moved. Hits still queued on a stream are taken by a later harvest.
+int64_t harvest();
 
 // Frees the retired payloads whose eager hits have all landed; returns how many it freed. Call it
 // from a normal thread, passing its current stream: nothing is freed while that stream captures

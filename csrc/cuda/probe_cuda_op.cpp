@@ -10,7 +10,8 @@
 //   the graph is destroyed, whether or not the site was closed.
 // Closing a site (close_site / remove_site) drops this table's references; a graph that captured
 // the site may still replay afterwards: its host callbacks find the site closed and do nothing.
-// Payloads nobody holds are freed at the next safe point (collect_cuda: a probe call, a
+// Stats-only hits reach the site's ring when harvested (drain, site_state, cuda_replays); record
+// and compare hits through a host callback. Payloads nobody holds are freed at the next safe point (collect_cuda: a probe call, a
 // registration, a close, a drain, cuda_payloads) from a thread whose stream is not capturing.
 #include <torch/extension.h>
 
@@ -67,7 +68,8 @@ std::shared_ptr<cuda::Payload> payload_for(const std::shared_ptr<SiteState>& s, 
   std::shared_ptr<cuda::Payload> p;
   auto shape = x.sizes().vec();
   C10_CUDA_CHECK(cuda::prepare(s->id, static_cast<int>(x.scalar_type()), shape.data(), static_cast<int>(shape.size()),
-                               x.numel(), x.element_size(), mode, capture.active ? stream : nullptr, &p));
+                               x.numel(), x.element_size(), mode, s->capacity, capture.active ? stream : nullptr,
+                               &p));
   table()[key] = capture.active ? Held{nullptr, p} : Held{p, {}};
   return p;
 }
@@ -143,7 +145,10 @@ void release_cuda_site(int64_t site) {
   collect_cuda();
 }
 
+void harvest_cuda() { cuda::harvest(); }
+
 int64_t cuda_replays(int64_t site) {
+  cuda::harvest();
   std::lock_guard<std::mutex> g(table_mu());
   int64_t n = 0;
   for (auto& kv : table())

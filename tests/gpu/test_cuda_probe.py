@@ -4,7 +4,7 @@ and payload lifetime (issue #5): a closed probe's graph still replays safely, an
 is freed when the last owner (the site's registry entry, or a graph that captured it) lets go.
 
 Needs a GPU and a CUDA-enabled torch; skipped otherwise (and on a dispatcher check when the
-CUDA kernel is not registered). NOT YET RUN ON A GPU: see docs/gpu-validation.md.
+CUDA kernel is not registered). Results on a GPU: docs/gpu-validation.md.
 """
 
 from __future__ import annotations
@@ -86,6 +86,71 @@ def ops_native():
     mod = native.get()
     assert mod is not None
     return mod
+
+
+def test_summary_ring_orders_hits_across_sites_and_replays():
+    a, b = summary_site(), summary_site()
+    static_x = torch.randn(300, device="cuda")  # two blocks: the partial + final kernels publish
+    g = torch.cuda.CUDAGraph()
+    with dynstep.session() as s:
+        with torch.cuda.graph(g):
+            y = static_x * 2
+            torch.ops.dynstep.probe(y, a.id)
+            torch.ops.dynstep.probe(y + 1, b.id)
+        for i in range(3):
+            static_x.fill_(float(i))
+            g.replay()
+        torch.cuda.synchronize()
+        recs = s.records()
+    assert [(r.site, r.call) for r in recs] == [(a.id, 0), (b.id, 0), (a.id, 1), (b.id, 1), (a.id, 2), (b.id, 2)]
+    assert [r.stats.max for r in recs] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert all(r.device == "cuda:0" and r.shape == (300,) and r.tensor is None for r in recs)
+
+
+def test_summary_ring_overwritten_before_harvest_counts_drops():
+    site = summary_site()  # a stats-only site's device ring holds 1024 hits (runtime.register)
+    static_x = torch.zeros(8, device="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        torch.ops.dynstep.probe(static_x + 1, site.id)
+    with dynstep.session(summaries=4096) as s:
+        for _ in range(1030):
+            g.replay()
+        torch.cuda.synchronize()
+        recs = s.records()
+        assert s.dropped[site.probe] == 6  # the six oldest were overwritten on the device
+    assert [r.call for r in recs] == list(range(6, 1030))
+    assert all(r.stats.mean == 1.0 for r in recs)
+    assert ops_native().cuda_replays(site.id) == 1030
+
+
+def test_nonfinite_flag_survives_its_slot_being_overwritten():
+    p = TensorProbe("fin-lapped", [CheckAction()])  # non-finite flag only: a stats-only payload
+    static_x = torch.ones(8, device="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        p(static_x.log())
+    static_x[0] = -1.0
+    g.replay()  # NaN once ...
+    static_x[0] = 1.0
+    for _ in range(1100):  # ... then more clean replays than the ring holds
+        g.replay()
+    torch.cuda.synchronize()
+    with pytest.raises(dynstep.CheckFailed, match="1 NaN"):
+        p.assert_ok()
+    p.close()
+
+
+def test_eager_summary_hits_on_cuda():
+    site = summary_site()
+    with dynstep.session() as s:
+        for i in range(3):
+            torch.ops.dynstep.probe(torch.arange(5.0, device="cuda") + i, site.id)
+        torch.cuda.synchronize()
+        recs = s.records()
+    assert [r.call for r in recs] == [0, 1, 2]
+    assert [(r.stats.min, r.stats.max, r.stats.count) for r in recs] == [(0.0, 4.0, 5), (1.0, 5.0, 5), (2.0, 6.0, 5)]
+    assert recs[0].device == "cuda:0"
 
 
 def test_reduce_overhead_keeps_probe_inside_cudagraph():
