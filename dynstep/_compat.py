@@ -238,6 +238,22 @@ def symbolic_value(var: Any) -> Any:
     return sym
 # -- the bytecode stepper (dynstep/bytecode.py) ------------------------------------------------
 
+BYTECODE_HOOKS = ("set_bytecode_debugger_callback", "get_bytecode_debugger_callback",
+                  "_get_frame_value_stack_with_depth", "NULL_STACK_VALUE")
+
+
+def bytecode_hooks_missing() -> str | None:
+    """None when torch has the hooks below, else which are missing (torch 2.11 has none of them;
+    torch 2.13 has all: they came with torch/_dynamo/bytecode_debugger.py)."""
+    import torch._C._dynamo.eval_frame as eval_frame
+
+    missing = [name for name in BYTECODE_HOOKS if not hasattr(eval_frame, name)]
+    if not missing:
+        return None
+    return (f"torch {torch.__version__} lacks torch._C._dynamo.eval_frame.{', '.join(missing)} "
+            "(torch's bytecode debugger hooks, present in torch 2.13)")
+
+
 def set_dynamo_code_callback(fn: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
     # torch/csrc/dynamo/eval_frame.c (exposed in torch/_C/_dynamo/eval_frame.pyi):
     # set_bytecode_debugger_callback(fn) calls fn(code) before any Dynamo-generated code object

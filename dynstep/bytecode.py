@@ -36,6 +36,7 @@ from .bytecode_code import CodeInfo, Row, analyse, resume_title
 from .bytecode_commands import Commands
 from .bytecode_events import BytecodeStopped
 from .bytecode_views import instruction_row
+from .errors import UnsupportedTorch
 from .events import Info, emit
 
 
@@ -254,6 +255,11 @@ def step_bytecode(*, commands: str | None = None, frontend: str | None = None,
     if _ACTIVE is not None:    # nested (a script under `dynstep run --step-bytecode`): one stepper
         yield _ACTIVE
         return
+    missing = _compat.bytecode_hooks_missing()
+    if missing is not None:
+        raise UnsupportedTorch(f"dynstep's bytecode stepper cannot run here: {missing}. Everything else in "
+                               "dynstep (probes, pauses, breakpoints, diff) works on this torch; upgrade torch "
+                               "to step through Dynamo's bytecode.")
 
     commands = commands if commands is not None else (os.environ.get("DYNSTEP_COMMANDS") or None)
     frontend = frontend if frontend is not None else (os.environ.get("DYNSTEP_FRONTEND") or None)

@@ -13,7 +13,7 @@ import sys
 def report() -> tuple[list[str], bool]:
     import torch
 
-    from . import __version__, ops
+    from . import __version__, _compat, ops
 
     ok = True
     lines = [f"dynstep {__version__}  python {platform.python_version()}  torch {torch.__version__}",
@@ -45,6 +45,9 @@ def report() -> tuple[list[str], bool]:
     from . import fastpath, probes
 
     lines.append(f"Inductor's wrapper calls dynstep::probe by: {fastpath.status()}")
+    missing = _compat.bytecode_hooks_missing()
+    lines.append("bytecode stepper (step_bytecode, dynstep run --step-bytecode): " +
+                 ("available" if missing is None else f"unavailable: {missing}"))
     lines.append(f"probes: {'enabled' if probes.enabled() else 'disabled'} "
                  "(dynstep.probes.enable()/disable(), DYNSTEP_PROBES=0)")
     mod = native_mod.get()

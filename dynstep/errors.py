@@ -43,6 +43,10 @@ class NonFiniteError(DynstepError, FloatingPointError):
         self.inf = inf
 
 
+class UnsupportedTorch(DynstepError, RuntimeError):
+    """The installed torch lacks a hook a dynstep feature is built on (the message names it)."""
+
+
 class CheckFailed(DynstepError, AssertionError):
     """A TensorProbe's CheckAction saw values that differ from the expected ones, or non-finite ones."""
 

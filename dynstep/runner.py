@@ -118,6 +118,13 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
     from .stepper import STEPPER
 
     if step_bytecode:
+        from . import _compat
+
+        missing = _compat.bytecode_hooks_missing()
+        if missing is not None:
+            print(f"dynstep run --step-bytecode: the bytecode stepper cannot run here: {missing}",
+                  file=sys.stderr)
+            return 2
         overrides = {**overrides, "step": True}
 
     STEPPER.reset()

@@ -12,7 +12,11 @@ import torch
 import dynstep
 from dynstep.bytecode_events import BytecodeShown, BytecodeStopped, DecompiledShown, GuardsShown, ValuesShown
 from dynstep.events import CommandFailed, Evaluated, Info, Stopped
+from dynstep import _compat
 from dynstep.pause import GRAPHS
+
+pytestmark = pytest.mark.skipif(_compat.bytecode_hooks_missing() is not None,
+                                reason=str(_compat.bytecode_hooks_missing()))
 
 
 def story(x, d, log):

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 
 from dynstep import _compat
+
+needs_hooks = pytest.mark.skipif(_compat.bytecode_hooks_missing() is not None,
+                                 reason=str(_compat.bytecode_hooks_missing()))
 
 
 def _f(x):
     return x + 1
 
 
+@needs_hooks
 def test_dynamo_code_callback_sees_transformed_code_and_restores_the_previous_one():
     seen = []
     cf = torch.compile(_f, backend="eager")
@@ -28,6 +33,7 @@ def test_dynamo_code_callback_sees_transformed_code_and_restores_the_previous_on
     assert _compat.original_code(seen[0]) is _f.__code__
 
 
+@needs_hooks
 def test_frame_value_stack_reads_the_real_stack():
     def probe():
         frame = sys._getframe(1)
@@ -71,3 +77,31 @@ def test_wrap_dynamo_compiler_routes_every_graph_and_restores():
         out = torch.compile(_f, backend="eager")(torch.ones(2))
     assert names == ["GraphModule"] and torch.equal(out, torch.full((2,), 2.0))
     assert OutputGraph._call_user_compiler is original
+
+
+def test_a_torch_without_the_hooks_gets_a_clear_error_and_nothing_is_installed(monkeypatch):
+    import dynstep
+    from dynstep.doctor import report
+    from dynstep.errors import UnsupportedTorch
+
+    why = "torch 2.11.0 lacks torch._C._dynamo.eval_frame.set_bytecode_debugger_callback"
+    monkeypatch.setattr(_compat, "bytecode_hooks_missing", lambda: why)
+    monkeypatch.setattr(_compat, "set_dynamo_code_callback", lambda fn: pytest.fail("a hook was installed"))
+    with pytest.raises(UnsupportedTorch, match="bytecode stepper cannot run here: torch 2.11.0 lacks"):
+        with dynstep.step_bytecode(commands="c"):
+            pass
+    assert sys.gettrace() is None
+    lines, _ = report()
+    assert f"bytecode stepper (step_bytecode, dynstep run --step-bytecode): unavailable: {why}" in lines
+
+
+def test_dynstep_run_step_bytecode_on_such_a_torch_says_why_and_runs_nothing(monkeypatch, tmp_path, capsys):
+    from dynstep.runner import run
+
+    monkeypatch.setattr(_compat, "bytecode_hooks_missing", lambda: "torch 2.11.0 lacks the hooks")
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    assert run(str(script), [], {}, step_bytecode=True) == 2
+    assert "dynstep run --step-bytecode: the bytecode stepper cannot run here: torch 2.11.0 lacks the hooks" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "ran").exists()
