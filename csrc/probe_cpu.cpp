@@ -287,21 +287,16 @@ py::tuple drain(int64_t only) {
     for (int64_t k = 0; k < s.size; ++k) {
       Entry& e = s.ring[static_cast<size_t>((s.head - s.size + k + 2 * s.capacity) % s.capacity)];
       py::object t = py::none();
-      if (e.stats_pending && !e.has_tensor) {  // a deferred summary: its stats, from the copy
-        at::Tensor copy = at::from_blob(e.data.data(), e.shape,
-                                        at::TensorOptions().dtype(static_cast<at::ScalarType>(e.dtype)));
-        AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, copy.scalar_type(), "dynstep_drain",
-                                   [&] { e.stats = stats_and_copy<scalar_t>(copy, nullptr); });
+      const auto options = at::TensorOptions().dtype(static_cast<at::ScalarType>(e.dtype));
+      if (e.stats_pending) {  // a record-only hit or a small summary: its stats, from the copy taken at the hit
+        at::Tensor held = at::from_blob(e.data.data(), e.shape, options);
+        AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, held.scalar_type(), "dynstep_drain",
+                                   [&] { e.stats = stats_and_copy<scalar_t>(held, nullptr); });
         e.stats_pending = false;
       }
       if (e.has_tensor) {
-        at::Tensor copy = at::empty(e.shape, at::TensorOptions().dtype(static_cast<at::ScalarType>(e.dtype)));
+        at::Tensor copy = at::empty(e.shape, options);
         if (e.nbytes) std::memcpy(copy.mutable_data_ptr(), e.data.data(), static_cast<size_t>(e.nbytes));
-        if (e.stats_pending) {
-          AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, copy.scalar_type(), "dynstep_drain",
-                                     [&] { e.stats = stats_and_copy<scalar_t>(copy, nullptr); });
-          e.stats_pending = false;
-        }
         t = py::cast(copy);
         Registry::get().account(-e.nbytes);
         e.has_tensor = false;
