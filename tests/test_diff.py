@@ -276,11 +276,16 @@ def test_kernel_names_come_from_inductor_provenance_comments():
     assert kernel_for([cpp], "q", "torch.sin") == ""
 
 
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    """`python -c code` in a fresh process that imports this checkout's dynstep."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
+
+
 def test_the_diff_engine_imports_neither_rich_nor_inductor():
     code = ("import sys, dynstep; dynstep.diff; import dynstep.eagerdiff.engine, dynstep.eagerdiff.training;"
             "print('rich' in sys.modules, 'torch._inductor.compile_fx' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
+    out = _run_python(code)
     assert out.stdout.split() == ["False", "False"], out.stderr
 
 
@@ -289,8 +294,7 @@ def test_a_diff_never_loads_the_native_probe_kernel():
     # version); the diff makes no probe-op calls, so it must not pay for that build.
     code = ("import sys, torch, dynstep; r = dynstep.diff(lambda x: x.sin() + 1, torch.randn(3), backend='eager',"
             " ladder=False); print(r.ok, 'dynstep.ops' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
+    out = _run_python(code)
     assert out.stdout.split() == ["True", "False"], out.stderr
 
 
