@@ -22,10 +22,12 @@ from typing import Any
 import torch.fx
 
 from dynstep import _compat
-from dynstep import graphinfo as gi
-from dynstep.options import Options
+from dynstep.core.options import Options
+from dynstep.graph import info as gi
+from dynstep.probe import switch
 
 from . import inner as inner_mod
+from . import pause_pass, probe_pass
 
 
 def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
@@ -43,57 +45,65 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
         reference = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         compiled = compile_graph(gm, example_inputs, dataclasses.replace(opts, diff=False))
         return superstep_diff(reference, example_inputs, opts.inner, opts.mode, compiled=compiled)
-    if opts.transparent:
-        return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
-    if (opts.probe or opts.nan) and not _probes_enabled():
+    if (opts.probe or opts.nan) and not switch.specialize():
         # dynstep.probes.disable(): this variant has no probe at all (a guard recompiles on a flip)
         opts = dataclasses.replace(opts, probe=(), nan=None)
-        if opts.transparent:
-            return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
-    from dynstep import passes
-    from dynstep import pause as pause_mod
-
+    if opts.transparent:
+        return _plain(gm, example_inputs, opts)
     graph_id = gi.graph_id(gm, _compat.current_compile_id())
-    if pause_mod.wants_pauses(opts) or opts.nan == "stop":
-        pause_mod.configure_stepper(opts)
-    if pause_mod.wants_pauses(opts):
-        pause_only = not (opts.probe or opts.diff or opts.nan or opts.grads)
-        quiet = pause_mod.copy_graph_module(gm) if pause_only else None
-        # before the probes: a probe on the same node then sees the value as computed
-        pause_plan = pause_mod.PausePlan.build(opts, graph_id)
-        sites = pause_mod.insert_pauses(gm, pause_plan)
-        if quiet is not None:
-            if not sites:
-                # no stop point matched here: this graph is compiled exactly as without superstep
-                return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
-            stepping = inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
-            plain = inner_mod.compile_plain(quiet, example_inputs, opts.inner, mode=opts.mode)
-            return pause_mod.two_variants(stepping, plain, sites)
-        if opts.grads:
-            passes.insert_grad_pauses(gm, pause_plan.selectors, graph_id)
+    if pause_pass.wants_pauses(opts) or opts.nan == "stop":
+        pause_pass.configure_stepper(opts)
+    if pause_pass.wants_pauses(opts):
+        compiled = _with_pauses(gm, example_inputs, opts, graph_id)
+        if compiled is not None:
+            return compiled
+    return _with_probes(gm, example_inputs, opts, graph_id)
+
+
+def _plain(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
+    return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
+
+
+def _with_pauses(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options,
+                 graph_id: str) -> Callable[..., Any] | None:
+    """Stop points (before the probes: a probe on the same node then sees the value as computed).
+
+    A pause-only graph compiles twice, with and without stop points, and runs the variant the
+    stepper needs per call; otherwise the probes go into the same graph (None: carry on)."""
+    pause_only = not (opts.probe or opts.diff or opts.nan or opts.grads)
+    quiet = pause_pass.copy_graph_module(gm) if pause_only else None
+    plan = pause_pass.PausePlan.build(opts, graph_id)
+    sites = pause_pass.insert_pauses(gm, plan)
+    if quiet is not None:
+        if not sites:   # no stop point matched here: compiled exactly as without superstep
+            return _plain(gm, example_inputs, opts)
+        from dynstep.step.variants import two_variants
+
+        return two_variants(_plain(gm, example_inputs, opts), _plain(quiet, example_inputs, opts), sites)
+    if opts.grads:
+        probe_pass.insert_grad_pauses(gm, plan.selectors, graph_id)
+    return None
+
+
+def _with_probes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options,
+                 graph_id: str) -> Callable[..., Any]:
     hooked = inner_mod.has_aot_hooks(opts.inner)
-    plan = passes.ProbePlan.build(opts, graph_id, inner_has_aot=hooked)
+    plan = probe_pass.ProbePlan.build(opts, graph_id, inner_has_aot=hooked)
     if not hooked:
-        passes.warn_aten_without_aot(plan, opts.inner_name)
-    passes.insert_probes(gm, plan, aten_level=False)
+        probe_pass.warn_aten_without_aot(plan, opts.inner_name)
+    probe_pass.insert_probes(gm, plan, aten_level=False)
     _compat.trace_artifact("dynstep_probed_graph", lambda: gm.print_readable(print_output=False))
     if opts.inner == "eager":
-        return passes.direct_probe_calls(gm).forward
+        return probe_pass.direct_probe_calls(gm).forward
     if not hooked:
-        return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
-    rewrite = functools.partial(passes.rewrite_partitioned, plan=plan)
+        return _plain(gm, example_inputs, opts)
+    rewrite = functools.partial(probe_pass.rewrite_partitioned, plan=plan)
     if opts.inner == "aot_eager":  # Python runs these graphs: no token per probe, no dispatcher
         return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
-                                        rewrite=lambda g, is_backward: passes.direct_probe_calls(
+                                        rewrite=lambda g, is_backward: probe_pass.direct_probe_calls(
                                             rewrite(g, is_backward=is_backward)))
     return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
                                     rewrite=lambda g, is_backward: rewrite(g, is_backward=is_backward))
-
-
-def _probes_enabled() -> bool:
-    from dynstep import probes
-
-    return probes.specialize()
 
 
 def superstep(**options: Any) -> Callable[..., Any]:

@@ -50,7 +50,7 @@ def capture(x: torch.Tensor, site: int | None) -> torch.cuda.CUDAGraph:
 
 def kernel_part(results: dict) -> None:
     import dynstep
-    from dynstep.sites import SITES
+    from dynstep.core.sites import SITES
 
     def site(actions):
         return SITES.add(kind="value", probe="bench", node="n", target="t", module="", source="bench:1",
@@ -75,7 +75,7 @@ def kernel_part(results: dict) -> None:
 
 def model_part(results: dict) -> None:
     import dynstep
-    from dynstep.demo.model import make
+    from dynstep.front.demo.model import make
     from torch._dynamo.utils import counters
 
     model, idx = make(seed=0, layers=4, dim=64, seq=64)
@@ -112,7 +112,10 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("cuda_probe_overhead: no CUDA device; skipped")
         return 0
-    from dynstep import _compat, ops  # noqa: F401  (ops loads the native kernels)
+    from dynstep import _compat
+    from dynstep.probe import kernel
+
+    kernel.ensure()   # the native kernels
 
     if not _compat.has_kernel("dynstep::probe", "CUDA"):
         print("cuda_probe_overhead: no CUDA kernel registered for dynstep::probe (see `dynstep doctor`)")

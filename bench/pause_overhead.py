@@ -28,8 +28,8 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "/tmp/dynstep-inductor-cache")
 import torch  # noqa: E402
 
 import dynstep  # noqa: E402
-from dynstep.demo.model import make  # noqa: E402
-from dynstep.stepper import STEPPER  # noqa: E402
+from dynstep.front.demo.model import make  # noqa: E402
+from dynstep.step.stepper import STEPPER  # noqa: E402
 
 
 def interleaved_us(fns: dict, idx, calls: int, repeats: int) -> dict[str, float]:

@@ -20,7 +20,7 @@ Parts (one torch thread throughout; timings are medians of interleaved rounds):
           entry, with no action and with summary, against a Python no-op call.
   tokens  the effect-token plumbing: summary probes on the 8-op graph (64 elements) inserted by
           superstep under inner eager, aot_eager (superstep drops AOTAutograd's run-time tokens:
-          dynstep.passes.direct_probe_calls) and inductor (which removes them itself), and the same
+          dynstep.backends.probe_pass.direct_probe_calls) and inductor (which removes them itself), and the same
           probes hand-placed in a function compiled by plain aot_eager, where each probe still
           runs through torch's `with_effects`.
 """
@@ -55,7 +55,7 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, iters: int,
     variant's mean in the same round) times the first variant's median. Variants alternate within
     a round, so a ratio compares calls made moments apart and machine drift cancels. Variants
     named in `probes_off` run with dynstep.probes switched off for the whole timing."""
-    from dynstep import probes
+    from dynstep.probe import switch as probes
 
     def timed(name: str, fn: Callable[[], object], n: int) -> float:
         off = name in probes_off
@@ -86,7 +86,7 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, iters: int,
 
 
 def sites(actions: tuple[str, ...], n: int = N_OPS) -> list[int]:
-    from dynstep.sites import SITES
+    from dynstep.core.sites import SITES
 
     return [SITES.add(kind="value", probe="bench", node=f"n{i}", target="t", module="", source="bench:1",
                       source_text="", graph="bench", actions=actions, capacity=1).id for i in range(n)]
@@ -95,7 +95,7 @@ def sites(actions: tuple[str, ...], n: int = N_OPS) -> list[int]:
 # -- model: TinyGPT through superstep -------------------------------------------------------------
 def part_model(quick: bool) -> dict:
     import dynstep
-    from dynstep.demo.model import make
+    from dynstep.front.demo.model import make
 
     model, idx = make(layers=4)
     model.eval()
@@ -127,7 +127,7 @@ def print_model(res: dict) -> None:
 
 # -- kernel: 8 elementwise ops, a probe after each --------------------------------------------------
 def eight_ops(site_ids: list[int] | None, tag: str, backend: str = "inductor"):
-    from dynstep import probes
+    from dynstep.probe import switch as probes
 
     def f(x):
         for i in range(N_OPS):
@@ -209,7 +209,7 @@ def print_kernel(by_path: dict) -> None:
 # -- record vs copy, and the call paths ------------------------------------------------------------
 def part_record(quick: bool) -> dict:
     import dynstep
-    from dynstep import fastpath
+    from dynstep.probe import fastpath
 
     x = torch.randn(16 * 1024 * 1024)
     dst = torch.empty_like(x)
@@ -223,7 +223,7 @@ def part_record(quick: bool) -> dict:
 
 def part_calls(quick: bool) -> dict:
     import dynstep
-    from dynstep import native
+    from dynstep.ops import native
 
     mod = native.get()
     x = torch.randn(64)
@@ -268,14 +268,13 @@ def main() -> None:
     ap.add_argument("--child-kernel", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    if args.child_kernel:
-        import dynstep.ops  # noqa: F401  (the native kernel, unless DYNSTEP_NATIVE=0)
+    from dynstep.ops import native
+    from dynstep.probe import fastpath, kernel
 
+    kernel.ensure()   # the native kernel, unless DYNSTEP_NATIVE=0
+    if args.child_kernel:
         print(json.dumps(part_kernel(args.quick)))
         return
-    from dynstep import fastpath, native
-    import dynstep.ops  # noqa: F401
-
     if native.get() is None:
         sys.exit(f"native kernel not loaded: {native.status().reason}")
     print(f"probe_overhead: torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, 1 thread; "

@@ -7,6 +7,12 @@
     s.records("module:blocks.0.mlp")[0].stats["absmax"]
 
 Importing dynstep is cheap: it imports neither Inductor nor rich; heavy modules load on use.
+
+Layout (one room per capability; docs/architecture.md has the data path and the rules):
+core (vocabulary), graph (reading graphs, selectors), ops (op schemas, native loader), probe
+(run-time probes, sessions, recordings), step (stepper, breakpoints), bytecode (the bytecode
+stepper), eagerdiff (the diff engine), front (every front end, the composition root), and
+`dynstep.backends` (superstep and its graph passes; the top-level `backends/` folder).
 """
 
 from __future__ import annotations
@@ -27,42 +33,53 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Abort": "dynstep.errors", "DynstepError": "dynstep.errors", "NonFiniteError": "dynstep.errors",
-    "OptionsError": "dynstep.errors", "SelectorError": "dynstep.errors", "StorageError": "dynstep.errors",
-    "Options": "dynstep.options",
-    "Session": "dynstep.sessions", "session": "dynstep.sessions", "default_session": "dynstep.sessions",
-    "Snapshot": "dynstep.records", "Stats": "dynstep.records",
-    "Recording": "dynstep.storage", "load": "dynstep.storage",
-    "superstep": "dynstep.backends.superstep",
-    "breakpoint": "dynstep.breakpoints", "configure": "dynstep.bp_frontend",
-    "step_bytecode": "dynstep.bytecode",
-    "CheckFailed": "dynstep.errors",
-    "set_record_memory_cap": "dynstep.runtime", "record_memory": "dynstep.runtime",
-    **{name: "dynstep.probe_api" for name in (
+    **{name: "dynstep.core.errors" for name in (
+        "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "StorageError", "CheckFailed")},
+    "Options": "dynstep.core.options",
+    "Snapshot": "dynstep.core.records", "Stats": "dynstep.core.records",
+    "Session": "dynstep.probe.sessions", "session": "dynstep.probe.sessions",
+    "default_session": "dynstep.probe.sessions",
+    "Recording": "dynstep.probe.storage", "load": "dynstep.probe.storage",
+    "set_record_memory_cap": "dynstep.probe.rings", "record_memory": "dynstep.probe.rings",
+    **{name: "dynstep.probe.api" for name in (
         "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "drain_records",
         "CudaGraphTensorProbe", "TensorPrint", "TensorRecord", "TensorCompare")},
+    "superstep": "dynstep.backends.superstep",
+    "breakpoint": "dynstep.step.breakpoints", "configure": "dynstep.step.bp_stops",
+    "step_bytecode": "dynstep.bytecode",
     "diff": "dynstep.eagerdiff", "DiffReport": "dynstep.eagerdiff", "NodeDiff": "dynstep.eagerdiff",
+}
+
+# Modules reachable as attributes under their public (and earlier) names: dynstep.probes.disable(),
+# dynstep.breakpoints.enable(), ...
+_MODULES = {
+    "probes": "dynstep.probe.switch", "breakpoints": "dynstep.step.breakpoints",
+    "compile_stop": "dynstep.step.compile_stop", "stepper": "dynstep.step.stepper",
+    "selectors": "dynstep.graph.selectors", "sessions": "dynstep.probe.sessions",
+    "storage": "dynstep.probe.storage", "records": "dynstep.core.records",
 }
 
 if TYPE_CHECKING:
     from .backends.superstep import superstep
-    from .bp_frontend import configure
-    from .breakpoints import breakpoint
     from .bytecode import step_bytecode
+    from .core.errors import Abort, CheckFailed, DynstepError, NonFiniteError, OptionsError, SelectorError, StorageError
+    from .core.options import Options
+    from .core.records import Snapshot, Stats
     from .eagerdiff import DiffReport, NodeDiff, diff
-    from .errors import Abort, DynstepError, NonFiniteError, OptionsError, SelectorError, StorageError
-    from .options import Options
-    from .records import Snapshot, Stats
-    from .sessions import Session, default_session, session
-    from .storage import Recording, load
-
-
-_SUBMODULES = {"breakpoints", "probes", "compile_stop", "stepper", "selectors", "sessions", "storage", "records"}
+    from .probe.api import (CheckAction, CudaGraphTensorProbe, PrintAction, RecordAction, TensorCompare, TensorPrint,
+                            TensorProbe, TensorRecord, drain_records)
+    from .probe.rings import record_memory, set_record_memory_cap
+    from .probe.sessions import Session, default_session, session
+    from .probe.storage import Recording, load
+    from .step.bp_stops import configure
+    from .step.breakpoints import breakpoint
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"dynstep.{name}")
+    if name in _MODULES:
+        module = importlib.import_module(_MODULES[name])
+        globals()[name] = module
+        return module
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'dynstep' has no attribute {name!r}")

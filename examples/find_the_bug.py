@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dynstep
-from dynstep.eagerdiff.show import progress_bar
+from dynstep.front.diff_show import progress_bar
 
 
 class Classifier(nn.Module):

@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from dynstep.demo.model import make
+from dynstep.front.demo.model import make
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ with torch.compile(model, backend="superstep").
 import torch
 
 import dynstep
-from dynstep.demo.model import make
+from dynstep.front.demo.model import make
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import torch.nn as nn  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _fresh_compile_state():
-    from dynstep.stepper import STEPPER
+    from dynstep.step.stepper import STEPPER
 
     torch._dynamo.reset()
     STEPPER.reset()
@@ -28,7 +28,7 @@ def _fresh_compile_state():
 
 @pytest.fixture
 def events():
-    from dynstep.events import use_sink
+    from dynstep.core.events import use_sink
 
     seen: list[object] = []
     with use_sink(seen.append):
@@ -55,7 +55,7 @@ def mlp():
 
 @pytest.fixture
 def gpt():
-    from dynstep.demo.model import make
+    from dynstep.front.demo.model import make
 
     return make(seed=0, layers=2)
 

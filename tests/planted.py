@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from dynstep import graphinfo as gi
+from dynstep.graph import info as gi
 
 
 def _planted(gm: torch.fx.GraphModule, op: str, module: str) -> torch.fx.Node:

@@ -6,7 +6,7 @@ import torch.nn as nn
 
 import dynstep
 from dynstep import _compat
-from dynstep.events import CompileViewShown, Evaluated, Stopped
+from dynstep.core.events import CompileViewShown, Evaluated, Stopped
 
 
 class Block(nn.Module):

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import dynstep
-from dynstep.bytecode_events import BytecodeShown, BytecodeStopped, DecompiledShown, GuardsShown, ValuesShown
-from dynstep.events import CommandFailed, Evaluated, Info, Stopped
+from dynstep.bytecode.events import BytecodeShown, BytecodeStopped, DecompiledShown, GuardsShown, ValuesShown
+from dynstep.core.events import CommandFailed, Evaluated, Info, Stopped
 from dynstep import _compat
-from dynstep.pause import GRAPHS
+from dynstep.step.graphs import GRAPHS
 
 pytestmark = pytest.mark.skipif(_compat.bytecode_hooks_missing() is not None,
                                 reason=str(_compat.bytecode_hooks_missing()))
@@ -134,14 +134,14 @@ def test_break_at_a_source_line_and_at_an_instruction(events):
 
 def test_views_and_backtrace_never_fail(events, monkeypatch):
     monkeypatch.setitem(sys.modules, "depyf", None)      # depyf missing: say so, keep going
-    from dynstep import bytecode_views
+    from dynstep.bytecode import views as bytecode_views
 
     bytecode_views._decompile.cache_clear()
     run_story(events, "b entry; c; ll; bt; locals; globals compiled_fn; c")
     dec = [e for e in events if isinstance(e, DecompiledShown)][0]
     assert dec.source is None and ("depyf" in dec.reason)
     bytecode_views._decompile.cache_clear()
-    from dynstep.bytecode_events import FramesShown
+    from dynstep.bytecode.events import FramesShown
 
     frames = [e for e in events if isinstance(e, FramesShown)][0].frames
     assert [f[0] for f in frames] == ["story (transformed by Dynamo)", f"resume of story after line {BREAK_LINE}"]

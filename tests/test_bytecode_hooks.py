@@ -9,7 +9,8 @@ import types
 
 import pytest
 
-from dynstep import _compat, bytecode_hooks
+from dynstep import _compat
+from dynstep.bytecode import hooks as bytecode_hooks
 
 
 class FakeMonitoring:

@@ -41,6 +41,9 @@ def test_dynamo_features_breakpoint_relies_on():
         seen["recompile"] = _compat.recompile_reason()
         seen["breaks"] = isinstance(_compat.graph_breaks_so_far(), list)
         seen["shape_guards"] = isinstance(_compat.shape_guards(tx), list)
+        frame = _compat.comptime_frame(ctx)                          # the same, as plain data
+        seen["trace_frame"] = (frame.function, frame.line, [n for n, _ in frame.locals],
+                               [f[2] for f in frame.backtrace], "def forward" in frame.graph_src)
 
     comptime = _compat.comptime()
 
@@ -57,10 +60,12 @@ def test_dynamo_features_breakpoint_relies_on():
     assert seen["tensor"] and seen["fake"] == (3,)
     assert callable(seen["when"]) and seen["when"](torch.ones(1)) and seen["const"] == (True, True)
     assert seen["recompile"] is None and seen["breaks"] and seen["shape_guards"]
+    function, line, names, backtrace, has_graph = seen["trace_frame"]
+    assert function == "f" and line > 0 and {"x", "y"} <= set(names) and backtrace[0] == "f" and has_graph
 
 
 def test_dynamo_records_an_op_from_a_comptime_hook():
-    import dynstep.ops  # noqa: F401  (defines dynstep::breakpoint)
+    from dynstep.ops import schema  # noqa: F401  (defines dynstep::breakpoint)
 
     def hook(ctx):
         tx = _compat.comptime_translator(ctx)
@@ -89,7 +94,7 @@ def test_dynamo_records_an_op_from_a_comptime_hook():
 
 
 def test_inductor_and_guard_hooks_the_probe_fast_path_and_switch_use():
-    """dynstep.fastpath (wrapper codegen registry, add_import_once) and dynstep.probes (a guard
+    """dynstep.probe.fastpath (wrapper codegen registry, add_import_once) and dynstep.probes (a guard
     installed by a backend) on the installed torch; test_fastpath/test_probes check the behaviour."""
     from torch._dynamo.guards import GuardBuilder, install_guard
     from torch._dynamo.source import AttrSource, ImportSource
@@ -101,4 +106,4 @@ def test_inductor_and_guard_hooks_the_probe_fast_path_and_switch_use():
     assert "add_import_once" in PythonWrapperCodegen.__init__.__code__.co_names
     assert callable(install_guard) and hasattr(GuardBuilder, "CONSTANT_MATCH")
     assert callable(AttrSource) and callable(ImportSource)  # built only inside a compile (test_probes)
-    assert _compat.guard_module_constant("dynstep.probes", "ENABLED") is False  # outside a compile
+    assert _compat.guard_module_constant("dynstep.probe.switch", "ENABLED") is False  # outside a compile

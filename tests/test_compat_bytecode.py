@@ -81,8 +81,8 @@ def test_wrap_dynamo_compiler_routes_every_graph_and_restores():
 
 def test_a_torch_without_the_hooks_gets_a_clear_error_and_nothing_is_installed(monkeypatch):
     import dynstep
-    from dynstep.doctor import report
-    from dynstep.errors import UnsupportedTorch
+    from dynstep.front.doctor import report
+    from dynstep.core.errors import UnsupportedTorch
 
     why = "torch 2.11.0 lacks torch._C._dynamo.eval_frame.set_bytecode_debugger_callback"
     monkeypatch.setattr(_compat, "bytecode_hooks_missing", lambda: why)
@@ -96,7 +96,7 @@ def test_a_torch_without_the_hooks_gets_a_clear_error_and_nothing_is_installed(m
 
 
 def test_dynstep_run_step_bytecode_on_such_a_torch_says_why_and_runs_nothing(monkeypatch, tmp_path, capsys):
-    from dynstep.runner import run
+    from dynstep.front.runner import run
 
     monkeypatch.setattr(_compat, "bytecode_hooks_missing", lambda: "torch 2.11.0 lacks the hooks")
     script = tmp_path / "train.py"

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dynstep
-from dynstep.demo.model import make
+from dynstep.front.demo.model import make
 from dynstep.eagerdiff.judge import Tolerance, judge
 
 sys.path.insert(0, os.path.dirname(__file__))

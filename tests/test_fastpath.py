@@ -1,4 +1,4 @@
-"""dynstep.fastpath: Inductor's wrapper calls the native probe directly, and it behaves like the op."""
+"""dynstep.probe.fastpath (imported by generated code as dynstep.fastpath): Inductor's wrapper calls the native probe directly, and it behaves like the op."""
 
 import os
 import subprocess
@@ -10,16 +10,19 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import dynstep
-from dynstep import _compat, fastpath
+from dynstep import _compat
+from dynstep.probe import fastpath, kernel
 
 from .conftest import module_outputs_eager
+
+kernel.ensure()   # the probe's kernels, the native one when it builds (what compiling with probes does)
 
 native_cpu = pytest.mark.skipif(not _compat.has_kernel("dynstep::probe", "CPU"),
                                 reason="no native CPU kernel registered for dynstep::probe")
 
 
 def _site(actions, **kw):
-    from dynstep.sites import SITES
+    from dynstep.core.sites import SITES
 
     return SITES.add(kind="value", probe="t", node="n", target="t", module="", source="t:1", source_text="",
                      graph="t", actions=actions, capacity=4, **kw).id
@@ -51,7 +54,8 @@ def test_kill_switches_keep_probes_working(tmp_path, env, wrapper_line):
     """DYNSTEP_FAST_PROBE=0 keeps Inductor's op call; without the native kernel the direct name is the op."""
     script = textwrap.dedent("""
         import torch, dynstep
-        from dynstep import _compat, fastpath
+        from dynstep import _compat
+        from dynstep.probe import fastpath
         p = dynstep.TensorProbe("mid", [dynstep.RecordAction(4)], when="always")
         f = torch.compile(lambda x: p(x.sin()) * 2, fullgraph=True)
         x = torch.randn(16)
@@ -85,7 +89,7 @@ def test_direct_call_records_like_the_op():
 
 @native_cpu
 def test_direct_call_raises_what_the_op_raises():
-    from dynstep.sites import HandConfig
+    from dynstep.core.sites import HandConfig
 
     site = _site(("record",), hand=HandConfig(when="always", non_contiguous="error"))
     x = torch.randn(3, 4).t()
@@ -130,7 +134,7 @@ def test_direct_call_appears_in_the_profiler():
 def test_aot_eager_graphs_call_the_probe_without_effect_tokens(mlp, monkeypatch):
     """superstep drops AOTAutograd's run-time tokens around its probes under aot_eager (Python runs
     that graph: with_effects costs ~50-80 µs per probe there); values and gradients are unchanged."""
-    from dynstep import passes
+    from dynstep.backends import probe_pass as passes
 
     graphs = []
     original = passes.direct_probe_calls

@@ -15,15 +15,18 @@ import pytest
 import torch
 
 import dynstep
-from dynstep import _compat, fastpath, ops, runtime
-from dynstep import native as native_mod
-from dynstep.errors import NonFiniteError
-from dynstep.events import ProbePrinted, use_sink
-from dynstep.sites import SITES
+from dynstep import _compat
+from dynstep.ops import native as native_mod
+from dynstep.ops import schema as ops
+from dynstep.probe import fastpath, kernel, rings, runtime
+from dynstep.core.errors import NonFiniteError
+from dynstep.core.events import ProbePrinted, use_sink
+from dynstep.core.sites import SITES
 
+kernel.ensure()   # registers the probe's kernels, the native one when it builds
 pytestmark = pytest.mark.skipif(not _compat.has_kernel("dynstep::probe", "CPU"),
                                 reason="no native CPU kernel registered for dynstep::probe "
-                                       f"({__import__('dynstep.native').native.status().reason})")
+                                       f"({native_mod.status().reason})")
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
           torch.int16, torch.int8, torch.uint8, torch.bool]
@@ -221,11 +224,11 @@ def test_reregistering_keeps_the_ring_or_releases_a_replaced_one():
     with dynstep.session() as sess:
         torch.ops.dynstep.probe(torch.ones(50), s.id)
         assert dynstep.record_memory().held == held + 200
-        runtime.register_native(s)   # same ring: only the action mask changes, the hit stays
+        rings.register_native(s)   # same ring: only the action mask changes, the hit stays
         assert dynstep.record_memory().held == held + 200
         assert [r.tensor.sum().item() for r in sess.records()] == [50.0]
         torch.ops.dynstep.probe(torch.ones(50), s.id)
-        native.register_site(s.id, runtime.action_bits(s), 8, 1)  # another ring: the old one is released
+        native.register_site(s.id, rings.action_bits(s), 8, 1)  # another ring: the old one is released
         assert dynstep.record_memory().held == held
     native.remove_site(s.id)
     native.remove_site(s.id)
@@ -271,8 +274,8 @@ def test_native_under_inductor_no_graph_break():
 
 
 def test_kill_switch_keeps_python_kernel():
-    code = ("import torch, dynstep.ops as o, dynstep.native as n; "
-            "print(o.registered_kernels()['probe'], n.status().reason)")
+    code = ("import torch; from dynstep.ops import native as n, schema as o; from dynstep.probe import kernel; "
+            "kernel.ensure(); print(o.registered_kernels()['probe'], n.status().reason)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "DYNSTEP_NATIVE": "0"}).stdout
     assert "'CPU'" not in out and "disabled by DYNSTEP_NATIVE=0" in out
@@ -280,7 +283,7 @@ def test_kill_switch_keeps_python_kernel():
 
 def test_doctor_names_native_kernel():
     out = subprocess.run([sys.executable, "-m", "dynstep", "doctor"], capture_output=True, text=True).stdout
-    from dynstep import native
+    from dynstep.ops import native
 
     if native.with_cuda():  # a CUDA torch with a toolkit: both kernels are built
         assert "native: CPU,CUDA" in out
@@ -292,7 +295,7 @@ def test_stub_matches_the_extension():
     import ast
     from pathlib import Path
 
-    from dynstep import native
+    from dynstep.ops import native
 
     stub = ast.parse((Path(dynstep.__file__).parent / "_native_ext.pyi").read_text())
     names = {n.name for n in stub.body if isinstance(n, ast.FunctionDef)} | \

@@ -1,7 +1,7 @@
 import pytest
 
-from dynstep.errors import OptionsError
-from dynstep.options import Options
+from dynstep.core.errors import OptionsError
+from dynstep.core.options import Options
 
 
 def test_defaults_are_transparent():

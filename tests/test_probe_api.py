@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import dynstep
-from dynstep import runtime
-from dynstep.errors import CheckFailed
-from dynstep.events import ProbePrinted, use_sink
-from dynstep.probe_api import (CheckAction, CudaGraphTensorProbe, PrintAction, RecordAction, TensorCompare,
+from dynstep.probe import runtime
+from dynstep.core.errors import CheckFailed
+from dynstep.core.events import ProbePrinted, use_sink
+from dynstep.probe.api import (CheckAction, CudaGraphTensorProbe, PrintAction, RecordAction, TensorCompare,
                                TensorPrint, TensorProbe, TensorRecord, drain_records)
 
 

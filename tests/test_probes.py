@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import dynstep
-from dynstep import _compat, probes
+from dynstep import _compat
+from dynstep.probe import switch as probes
 
 
 @pytest.fixture(autouse=True)

@@ -73,7 +73,7 @@ def test_quit_is_a_clean_abort_with_exit_code_1(tmp_path):
 
 
 def test_routed_compile_keeps_backend_as_inner_and_restores_torch_compile():
-    from dynstep.runner import routed_compile
+    from dynstep.front.runner import routed_compile
 
     original = torch.compile
     inner_seen = []

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from dynstep import selectors as S
-from dynstep.errors import SelectorError
+from dynstep.graph import selectors as S
+from dynstep.core.errors import SelectorError
 
 
 def capture_graph(model, *args):
@@ -51,7 +51,7 @@ def test_selectors_on_a_transformer(gpt):
     every = pick("*")
     assert len(every) > len(inside)
     # line: one value per execution; the loop over blocks runs the line twice
-    loop_line = next(f for f in __import__("dynstep.graphinfo", fromlist=["x"]).user_frames(mlps[0].node)
+    loop_line = next(f for f in __import__("dynstep.graph.info", fromlist=["x"]).user_frames(mlps[0].node)
                      if "block(x)" in f.code)
     per_exec = pick(f"line:model.py:{loop_line.line}")
     assert len(per_exec) == 2

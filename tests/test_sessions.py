@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dynstep
-from dynstep.errors import StorageError
+from dynstep.core.errors import StorageError
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_a_crash_keeps_what_was_written(tmp_path):
         import os, torch, dynstep
         f = torch.compile(lambda x: torch.tanh(x), backend="superstep",
                           options={{"inner": "eager", "probe": ["op:tanh"], "actions": ["record"]}})
-        from dynstep.sessions import Session
+        from dynstep.probe.sessions import Session
         s = Session(path={str(path)!r})
         s._writer.flush_every = 4
         with s:

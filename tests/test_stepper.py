@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import dynstep
-from dynstep.demo.model import make
-from dynstep.events import (CommandFailed, Evaluated, GraphShown, HelpShown, Info, Stopped, WhereShown)
-from dynstep.pause import GRAPHS
+from dynstep.front.demo.model import make
+from dynstep.core.events import (CommandFailed, Evaluated, GraphShown, HelpShown, Info, Stopped, WhereShown)
+from dynstep.step.graphs import GRAPHS
 
 ATTN = "module:blocks.0.attn"
 
@@ -200,7 +200,7 @@ def test_graphs_without_pause_selectors_get_no_stop_points():
 
 
 def test_plain_variant_runs_when_no_stop_can_happen(events):
-    from dynstep.stepper import STEPPER
+    from dynstep.step.stepper import STEPPER
 
     def fn(x):
         return torch.relu(x) * 2

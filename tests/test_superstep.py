@@ -10,7 +10,7 @@ import torch
 
 import dynstep
 from dynstep import _compat
-from dynstep.events import ProbePrinted, use_sink
+from dynstep.core.events import ProbePrinted, use_sink
 
 from .conftest import module_outputs_eager
 
@@ -96,13 +96,13 @@ def test_mlp_training_step_values_and_grads(mlp, inner):
 
 def test_line_op_and_node_selectors(gpt):
     model, idx = gpt
-    import dynstep.demo.model as src
+    import dynstep.front.demo.model as src
 
     line = next(i for i, text in enumerate(open(src.__file__).read().splitlines(), 1)
                 if "out = self.c_proj(attn)" in text)
     cm = torch.compile(model, backend="superstep",
                        options={"inner": "eager", "actions": ["record"],
-                                "probe": [f"line:dynstep/demo/model.py:{line}", "op:layer_norm", "node:linear_8"]})
+                                "probe": [f"line:dynstep/front/demo/model.py:{line}", "op:layer_norm", "node:linear_8"]})
     with dynstep.session() as s, torch.no_grad():
         cm(idx)
     lines = s.records(f"line:model.py:{line}")
@@ -196,7 +196,8 @@ def test_import_dynstep_does_not_import_inductor_or_rich():
 def test_public_names_survive_submodule_imports():
     import importlib
 
-    for mod in ("dynstep.sessions", "dynstep.storage", "dynstep.records", "dynstep.errors", "dynstep.options"):
+    for mod in ("dynstep.probe.sessions", "dynstep.probe.storage", "dynstep.core.records", "dynstep.core.errors",
+                "dynstep.core.options"):
         importlib.import_module(mod)
     assert callable(dynstep.session) and callable(dynstep.load) and callable(dynstep.superstep)
     assert isinstance(dynstep.session(), dynstep.Session)

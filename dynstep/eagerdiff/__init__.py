@@ -5,8 +5,10 @@
 
 Modules: `judge` (reference runs and the judgement), `probed` (graph copies with probed
 outputs), `engine` (per-graph diff, NaN origin, ladder), `search` (where a divergence starts,
-in few compiles), `training` (gradients), `api` (entry points), `report` (dataclasses, JSON), `html`, `repro`, and `show` (the only module
-that uses rich).
+in few compiles), `training` (gradients), `api` (entry points), `report` (dataclasses, JSON),
+`repro` (a runnable repro of the first divergence), `kernels` (which Inductor kernel computed a
+node). The engine only: the table and the HTML page are front ends (`dynstep.front.diff_show`,
+`dynstep.front.diff_html`), reached through `DiffReport.show()` / `to_html()`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import torch
 import torch.fx
 
 from .. import _compat
-from .. import graphinfo as gi
+from ..graph import info as gi
 from . import _backends
 from .engine import DiffConfig, Progress, diff_graph
 from .judge import Tolerance
@@ -79,14 +79,14 @@ def diff(fn: Callable[..., Any], *args: Any, backend: Any = "inductor", mode: st
     """
     collector = Collector(config(backend, mode=mode, training=training, tol=tol, ladder=ladder,
                                  repro=repro, progress=progress))
-    torch._dynamo.reset()
+    torch.compiler.reset()
     grad = torch.enable_grad() if training else torch.no_grad()
     try:
         compiled = torch.compile(fn, backend=collector.backend, dynamic=dynamic)
         with grad:
             compiled(*args, **kwargs)
     finally:
-        torch._dynamo.reset()
+        torch.compiler.reset()
     return collector.report()
 
 

@@ -33,8 +33,8 @@ import torch
 import torch.fx
 
 from .. import _compat
-from .. import graphinfo as gi
-from ..errors import DynstepError
+from ..graph import info as gi
+from ..core.errors import DynstepError
 from . import _backends, search
 from .kernels import kernel_for
 from .judge import Metrics, Reference, Tolerance, call_node, fetch_attr, judge, nonfinite, to_fp64

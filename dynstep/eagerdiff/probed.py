@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
+from .. import _compat
 from . import _backends
 
 
@@ -33,7 +33,7 @@ def copy_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.Graph, dict[torch.fx.
 
 def output_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node | Any]:
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    return pytree.tree_leaves(output.args[0])
+    return _compat.tree_leaves(output.args[0])
 
 
 def is_tensorish(node: torch.fx.Node) -> bool:
@@ -50,7 +50,7 @@ def with_outputs(gm: torch.fx.GraphModule, probes: Sequence[torch.fx.Node]) -> t
     Returns it and, per probe, how to read its value back: (start, count, is_tuple).
     """
     graph, env, out = copy_graph(gm)
-    flat = pytree.tree_leaves(out)
+    flat = _compat.tree_leaves(out)
     extra: list[torch.fx.Node] = []
     layout = []
     for node in probes:

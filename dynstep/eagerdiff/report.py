@@ -5,6 +5,9 @@ machine-readable form (non-finite floats become the strings "inf", "-inf", "nan"
 
     report.ok, report.first_divergence.source, report.first_divergence.module
     report.show(); report.to_json(); report.to_html("diff.html")
+
+`show()` and `to_html()` go to renderers the front end registers (`dynstep.core.wiring`): the
+result does not know its front end.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any
 
 import torch.fx
 
-from .. import graphinfo as gi
+from ..core import wiring
+from ..graph import info as gi
 from .judge import Metrics
 
 
@@ -183,18 +187,16 @@ class DiffReport:
         return text
 
     def to_html(self, path: str | None = None) -> str:
-        from .html import render
-
-        text = render(self)
+        """A self-contained HTML page (the renderer the front end registered as "diff.html")."""
+        text = wiring.render("diff.html", self)
         if path is not None:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
         return text
 
     def show(self, console: Any = None) -> None:
-        from .show import show
-
-        show(self, console=console)
+        """A table per graph call in the terminal (the renderer registered as "diff.show")."""
+        wiring.render("diff.show", self, console=console)
 
 
 def _clean(value: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from .. import graphinfo as gi
+from ..graph import info as gi
 from .probed import is_tensorish
 
 _TEMPLATE = '''"""dynstep repro: {where}

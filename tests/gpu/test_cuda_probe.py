@@ -20,9 +20,12 @@ import pytest
 import torch
 
 import dynstep
-from dynstep import _compat, ops, runtime  # noqa: F401  (ops loads the native kernels)
-from dynstep.probe_api import CheckAction, RecordAction, TensorProbe
-from dynstep.sites import SITES
+from dynstep import _compat
+from dynstep.probe import kernel, rings
+
+kernel.ensure()   # the probe's kernels: the native CPU and CUDA ones when they build
+from dynstep.probe.api import CheckAction, RecordAction, TensorProbe
+from dynstep.core.sites import SITES
 
 pytestmark = [
     pytest.mark.gpu,
@@ -81,7 +84,7 @@ def test_summary_is_computed_on_device():
 
 
 def ops_native():
-    from dynstep import native
+    from dynstep.ops import native
 
     mod = native.get()
     assert mod is not None
@@ -108,7 +111,7 @@ def test_summary_ring_orders_hits_across_sites_and_replays():
 
 
 def test_summary_ring_overwritten_before_harvest_counts_drops():
-    site = summary_site()  # a stats-only site's device ring holds 1024 hits (runtime.register)
+    site = summary_site()  # a stats-only site's device ring holds 1024 hits (probe.rings.register_native)
     static_x = torch.zeros(8, device="cuda")
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
@@ -372,8 +375,8 @@ def test_reduce_overhead_replays_after_close_are_ignored_and_reset_frees():
         cf(x)
     torch.cuda.synchronize()
     assert ops_native().cuda_replays(site.id) >= 1  # a captured graph replays the probe
-    runtime.close_site(site.id)
-    runtime.close_site(site.id)
+    rings.close_site(site.id)
+    rings.close_site(site.id)
     with dynstep.session() as s:
         for _ in range(3):
             out = cf(x)
@@ -390,7 +393,7 @@ def test_exit_with_a_live_graph_of_a_closed_probe_does_not_crash():
     code = textwrap.dedent("""
         import torch
         from dynstep import _compat
-        from dynstep.probe_api import RecordAction, TensorProbe
+        from dynstep.probe.api import RecordAction, TensorProbe
 
         p = TensorProbe("exit", [RecordAction(2)])
         assert _compat.has_kernel("dynstep::probe", "CUDA")

@@ -1,0 +1,41 @@
+"""Every private torch API dynstep touches, in one place, each with the upstream file it reads.
+
+When torch changes one of these, this package is the only place to edit; `tests/test_compat.py`
+checks each one exists on the installed torch so an upgrade breaks loudly. What it returns is
+plain data or a small wrapper (`TraceFrame`, `GuardEntry`); where a private object must travel
+(a Dynamo variable, a translator) it is an opaque handle that only this package reads.
+
+    fx         FX, the dispatcher, effects, pytree
+    dynamo     compile ids, backends, comptime (dynstep.breakpoint), guards, the user-compiler hook
+    backend    Inductor and AOTAutograd hooks, generated code, the wrapper codegen registry
+    bytecode   the bytecode stepper's hooks into Dynamo
+"""
+
+from __future__ import annotations
+
+from .bytecode import (BYTECODE_HOOKS, GuardEntry, bytecode_hooks_missing, cache_entries, frame_value_stack,
+                       guard_entries, original_code, recompile_reasons, set_dynamo_code_callback)
+from .dynamo import (TraceFrame, call_op_in_trace, comptime, comptime_frame, comptime_local, comptime_translator,
+                     current_compile_id, fake_of, function_of_variable, graph_breaks_so_far, guard_module_constant,
+                     is_tensor_variable, lookup_backend, python_constant, realize, recompile_reason, shape_guards,
+                     symbolic_value, trace_artifact, wrap_dynamo_compiler)
+from .fx import (effect_of, has_kernel, is_fake, is_op, is_op_overload, print_options, qualified_name,
+                 register_ordered_effect, restore_print_options, tree_leaves, with_effects_op)
+from .backend import (WRAPPER_CODEGEN_MODULE, aot_eager_with_graph_hooks, extern_kernel_args,
+                       inductor_cache_dir, inductor_codegen_loaded, inductor_config_for_mode, inductor_output_code,
+                       inductor_plain, inductor_with_graph_hooks, register_wrapper_codegen, run_and_get_code,
+                       wrapper_import)
+
+__all__ = [
+    "BYTECODE_HOOKS", "GuardEntry", "TraceFrame", "WRAPPER_CODEGEN_MODULE",
+    "aot_eager_with_graph_hooks", "bytecode_hooks_missing", "cache_entries", "call_op_in_trace", "comptime",
+    "comptime_frame", "comptime_local", "comptime_translator", "current_compile_id", "effect_of",
+    "extern_kernel_args", "fake_of", "frame_value_stack", "function_of_variable", "graph_breaks_so_far",
+    "guard_entries", "guard_module_constant", "has_kernel", "inductor_cache_dir", "inductor_codegen_loaded",
+    "inductor_config_for_mode", "inductor_output_code", "inductor_plain", "inductor_with_graph_hooks", "is_fake",
+    "is_op", "is_op_overload", "is_tensor_variable", "lookup_backend", "original_code", "print_options",
+    "python_constant", "qualified_name", "realize", "recompile_reason", "recompile_reasons",
+    "register_ordered_effect", "register_wrapper_codegen", "restore_print_options", "run_and_get_code",
+    "set_dynamo_code_callback", "shape_guards", "symbolic_value", "trace_artifact", "tree_leaves",
+    "with_effects_op", "wrap_dynamo_compiler", "wrapper_import",
+]

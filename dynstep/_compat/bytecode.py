@@ -1,0 +1,96 @@
+"""The bytecode stepper's hooks into Dynamo: its code callback, value stacks, cache entries, guards."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+BYTECODE_HOOKS = ("set_bytecode_debugger_callback", "get_bytecode_debugger_callback",
+                  "_get_frame_value_stack_with_depth", "NULL_STACK_VALUE")
+
+
+def bytecode_hooks_missing() -> str | None:
+    """None when torch has the hooks below, else which are missing (torch 2.11 has none of them;
+    torch 2.13 has all: they came with torch/_dynamo/bytecode_debugger.py)."""
+    import torch._C._dynamo.eval_frame as eval_frame
+
+    missing = [name for name in BYTECODE_HOOKS if not hasattr(eval_frame, name)]
+    if not missing:
+        return None
+    return (f"torch {torch.__version__} lacks torch._C._dynamo.eval_frame.{', '.join(missing)} "
+            "(torch's bytecode debugger hooks, present in torch 2.13)")
+
+
+def set_dynamo_code_callback(fn: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    # torch/csrc/dynamo/eval_frame.c (exposed in torch/_C/_dynamo/eval_frame.pyi):
+    # set_bytecode_debugger_callback(fn) calls fn(code) before any Dynamo-generated code object
+    # runs, including ones compiled before it was set; torch/_dynamo/bytecode_debugger.py uses it.
+    # Returns the callback it replaced, so nesting restores it.
+    from torch._C._dynamo.eval_frame import get_bytecode_debugger_callback, set_bytecode_debugger_callback
+
+    previous = get_bytecode_debugger_callback()
+    set_bytecode_debugger_callback(fn)
+    return previous
+
+
+def frame_value_stack(frame: Any, depth: int) -> list[Any]:
+    # torch/csrc/dynamo/eval_frame.c: _get_frame_value_stack_with_depth(frame, depth) reads the
+    # frame's real value stack (bottom first); NULL slots come back as NULL_STACK_VALUE.
+    from torch._C._dynamo.eval_frame import NULL_STACK_VALUE, _get_frame_value_stack_with_depth
+
+    return ["<NULL>" if v is NULL_STACK_VALUE else v for v in _get_frame_value_stack_with_depth(frame, depth)]
+
+
+def original_code(code: Any) -> Any:
+    # torch/_dynamo/utils.py: orig_code_map (transformed code -> the user's code), filled by
+    # torch/_dynamo/convert_frame.py when it builds the transformed code.
+    from torch._dynamo.utils import orig_code_map
+
+    return orig_code_map.get(code)
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardEntry:
+    """One compiled entry of a code object in Dynamo's cache, as plain data."""
+
+    code: Any                      # the transformed code object of this entry
+    code_parts: tuple[str, ...]    # the guards, as Dynamo prints them
+    failed: tuple[str, ...]        # the guards that fail for the given locals (empty: all pass)
+
+
+def cache_entries(code: Any) -> list[Any]:
+    # torch/_dynamo/eval_frame.py: _debug_get_cache_entry_list(code) -> [CacheEntry], newest
+    # first; each has .code (the transformed code) and .guard_manager (GuardManagerWrapper,
+    # torch/_dynamo/guards.py, with .code_parts and .check_verbose(f_locals)).
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return list(_debug_get_cache_entry_list(code))
+
+
+def guard_entries(code: Any, f_locals: dict[str, Any], *, check_except: Any = None) -> list[GuardEntry]:
+    """Each cache entry of `code` (newest first) with the guards that fail for `f_locals`; the entry
+    whose code is `check_except` (the one running now) is not checked."""
+    out = []
+    for entry in cache_entries(code):
+        manager = entry.guard_manager
+        failed: tuple[str, ...] = ()
+        if entry.code is not check_except:
+            try:
+                verbose = manager.check_verbose(f_locals)
+                failed = () if verbose.result else tuple(verbose.verbose_code_parts)
+            except Exception as exc:   # guards can read values a frame no longer has
+                failed = (f"<could not evaluate: {type(exc).__name__}: {exc}>",)
+        out.append(GuardEntry(entry.code, tuple(getattr(manager, "code_parts", ()) or ()), failed))
+    return out
+
+
+def recompile_reasons(code: Any) -> list[str]:
+    # torch/_dynamo/utils.py: guard_failures[original code] -> the failed-guard reasons Dynamo
+    # recorded at each recompile (torch/_dynamo/guards.py: get_guard_fail_reason).
+    from torch._dynamo.utils import guard_failures
+
+    return [str(r) for r in guard_failures.get(code, [])]

@@ -1,0 +1,205 @@
+"""The bytecode stepper's engine: where the program is, and when to stop before an instruction.
+
+`BytecodeStepper` gets the hooks' callbacks (`dynstep.bytecode.hooks`), decides whether to stop
+(step, next, breakpoints, coming back from a graph), emits `BytecodeStopped` and hands control to
+the front end; its commands are in `dynstep.bytecode.commands`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import linecache
+import os
+import types
+from typing import Any
+
+from ..core.events import Info, emit
+from ..step.stepper import STEPPER
+from .code import CodeInfo, Row, analyse, resume_title
+from .commands import Commands
+from .events import BytecodeStopped
+from .views import instruction_row
+
+
+@dataclasses.dataclass
+class Here:
+    """Where the program is stopped: the frame, its code's analysis and the next instruction."""
+
+    frame: types.FrameType
+    info: CodeInfo
+    row: Row
+
+
+@dataclasses.dataclass
+class _GraphCall:
+    frame: types.FrameType
+    hits_before: int
+    stepping_in: bool
+
+
+class BytecodeStepper(Commands):
+    """State between stops; the commands themselves are in `Commands` (``cmd_<name>``)."""
+
+    def __init__(self, frontend: Any) -> None:
+        self.frontend = frontend
+        self.infos: dict[types.CodeType, CodeInfo] = {}
+        self.failed: dict[types.CodeType, str] = {}
+        self.breakpoints: dict[types.CodeType, set[int]] = {}
+        self.line_breaks: set[tuple[str, int]] = set()
+        self.mode = "step"                       # step | next | continue | into (s at a graph call)
+        self.stopped_once = False
+        self.step_count = 0
+        self.next_from: tuple[types.FrameType, int | None, str] | None = None
+        self.graph_call: _GraphCall | None = None
+        self.detached = frontend is None
+        self.current: Here | None = None
+        self.user_vars: dict[str, Any] = {}
+        self.list_start: int | None = None
+        self.visited: list[types.CodeType] = []   # code objects seen, in first-run order
+        self.break_at: set[str] = set()           # "graph": every graph call; "entry": every code's first instruction
+        self._running: set[int] = set()           # ids of tracked frames that have started
+
+    # -- hooks (dynstep.bytecode.hooks) --------------------------------------------------------
+
+    def is_tracked(self, code: types.CodeType) -> bool:
+        return code in self.infos
+
+    def on_code(self, code: types.CodeType) -> bool:
+        if code in self.infos or code in self.failed:
+            return code in self.infos
+        try:
+            info = analyse(code)
+        except Exception as exc:   # a code object we cannot read must not stop the program
+            self.failed[code] = f"{type(exc).__name__}: {exc}"
+            emit(Info(f"dynstep: cannot analyse {code.co_name} ({self.failed[code]}); it runs without stops"))
+            return False
+        self.infos[code] = info
+        self.visited.append(code)
+        for file, line in self.line_breaks:
+            self.add_line_break(info, file, line)
+        return True
+
+    def on_return(self, frame: types.FrameType) -> None:
+        self._running.discard(id(frame))
+        if self.next_from is not None and self.next_from[0] is frame:
+            self.next_from = None
+            self.mode = "step"     # `n` ran off the end of the frame: stop at the next instruction anywhere
+
+    def on_instruction(self, frame: types.FrameType, code: types.CodeType, offset: int) -> None:
+        info = self.infos.get(code)
+        if info is None or self.detached:
+            return
+        row = info.row_at(offset)
+        if row is None or row.offset != offset:
+            return
+        if STEPPER.detached and STEPPER.frontend is self.frontend:
+            self.detached = True   # the shared command script ran out inside the graph
+            return
+        reason, note = self._back_from_graph(frame)
+        if reason is None:
+            reason = self._reason(frame, info, row)
+        if reason is not None:
+            self._stop(Here(frame, info, row), reason, note)
+        if self._is_graph_call(info, row):
+            self._enter_graph(frame, stepping_in=self.mode == "into")
+            if self.mode == "into":
+                self.mode = "step"
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def _reason(self, frame: types.FrameType, info: CodeInfo, row: Row) -> str | None:
+        entering = id(frame) not in self._running
+        self._running.add(id(frame))
+        if row.index in self.breakpoints.get(info.code, ()):
+            return "break"
+        if ("graph" in self.break_at and self._is_graph_call(info, row)) or ("entry" in self.break_at and entering):
+            return "break"
+        if self.mode == "step":
+            if self.step_count > 0:
+                self.step_count -= 1
+                return None
+            return "entry" if not self.stopped_once else "step"
+        if self.mode == "next" and self.next_from is not None and self.next_from[0] is frame:
+            _, line, region = self.next_from
+            if row.line != line or row.region != region:
+                return "next"
+        return None
+
+    def _is_graph_call(self, info: CodeInfo, row: Row) -> bool:
+        return row.offset in info.graph_calls and row.opname != "PRECALL"
+
+    def _enter_graph(self, frame: types.FrameType, *, stepping_in: bool) -> None:
+        self.graph_call = _GraphCall(frame, sum(STEPPER.hits.values()), stepping_in)
+        if stepping_in:
+            STEPPER.detached = False
+            STEPPER.mode = "step"
+        elif STEPPER.mode in ("step", "next"):
+            STEPPER.mode = "run"   # superstep's step=True asks for a stop at the first node; we decide here
+
+    def _back_from_graph(self, frame: types.FrameType) -> tuple[str | None, str]:
+        call = self.graph_call
+        if call is None or call.frame is not frame:
+            return None, ""
+        self.graph_call = None
+        ran_steps = sum(STEPPER.hits.values()) > call.hits_before
+        if not call.stepping_in:
+            return None, ""
+        if not ran_steps:
+            STEPPER.mode = "run"
+            return "step", ("the graph ran without stopping: it has no step points (it was compiled before "
+                            "step_bytecode() started; torch._dynamo.reset() or a recompile inside the context "
+                            "gives it some)")
+        if STEPPER.mode == "run":          # `c` inside the graph: keep running here too
+            self.mode = "continue"
+            return None, ""
+        STEPPER.mode = "run"
+        self.mode = "step"
+        self.step_count = 0
+        return "return-from-graph", "back from the compiled graph"
+
+    def _stop(self, here: Here, reason: str, note: str = "") -> None:
+        self.stopped_once = True
+        self.current = here
+        self.list_start = None
+        self.mode = "continue"
+        info, row = here.info, here.row
+        note = note or _resume_note(here)
+        text = linecache.getline(info.code.co_filename, row.line).strip() if row.line else ""
+        emit(BytecodeStopped(reason=reason, code=info.code.co_name, title=info.title, kind=info.kind,
+                             file=info.code.co_filename, line=row.line, source_text=text,
+                             row=instruction_row(row, self.breakpoints.get(info.code, set())),
+                             graph_call=self._is_graph_call(info, row), note=note))
+        try:
+            self.frontend.run(self, None)
+        finally:
+            self.current = None
+
+    # -- what front ends call -----------------------------------------------------------------
+
+    def detach(self, why: str) -> None:
+        """The front end cannot answer any more (script ran out, end of input): run to the end."""
+        self.detached = True
+        self.mode = "continue"
+        if STEPPER.frontend is self.frontend:
+            STEPPER.detached, STEPPER.mode = True, "run"
+        emit(Info(why))
+
+    def add_line_break(self, info: CodeInfo, file: str, line: int) -> bool:
+        if os.path.abspath(info.code.co_filename) != file:
+            return False
+        row = info.first_of_line(line)
+        if row is None:
+            return False
+        self.breakpoints.setdefault(info.code, set()).add(row.index)
+        return True
+
+
+def _resume_note(here: Here) -> str:
+    """At ``LOAD_GLOBAL __resume_at_164_3``: which part of the user's function that resume function is."""
+    name = here.row.argrepr.replace("NULL + ", "")
+    if here.row.opname != "LOAD_GLOBAL" or not name.startswith("__resume_at"):
+        return ""
+    fn = here.frame.f_globals.get(name)
+    return f"{name} is the {resume_title(name, getattr(fn, '__code__', None))}"
+
+

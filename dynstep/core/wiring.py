@@ -1,0 +1,116 @@
+"""The slots a front end fills: the default event sink, the stop front-end factory, renderers.
+
+The engine never imports a front end. It reaches the user through typed events (`emit`) and the
+`Frontend` protocol; which terminal, debugger or editor answers is decided in one place, the
+composition root `dynstep.front.wiring.install`, which fills these slots. Front ends are found
+through the ``dynstep.frontends`` entry-point group (pyproject.toml) — the mechanism torch uses
+to find the superstep backend — and installed the first time the engine needs one:
+
+    wiring.default_sink()(event)                  # where events go when no sink is in use
+    wiring.make_frontend("pdb", None)             # who answers a stop (None: nothing can)
+    wiring.render("diff.html", report)            # a renderer a front end registered
+
+A program that wants another front end (an editor, a notebook) calls `install_sink`,
+`install_frontend_factory` and `register_renderer` itself; what it installed is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..step.stepper import Stepper, Stop
+
+log = logging.getLogger("dynstep")
+
+GROUP = "dynstep.frontends"
+Sink = Callable[[object], None]
+
+
+class Frontend(Protocol):
+    """Answers a stop: shows it and feeds command lines to `stepper.execute` until one resumes."""
+
+    def run(self, stepper: "Stepper", stop: "Stop | None") -> None: ...
+
+
+class LineReader(Protocol):
+    """A front end that can also read single command lines (compile-time stops use it)."""
+
+    def read(self, prompt: str) -> str | None: ...
+
+
+FrontendFactory = Callable[[str | None, str | None], "Frontend | None"]
+
+_lock = threading.RLock()
+_loaded = False
+_sink: Sink | None = None
+_factory: FrontendFactory | None = None
+_renderers: dict[str, Callable[..., Any]] = {}
+
+
+def install_sink(sink: Sink, *, replace: bool = True) -> None:
+    global _sink
+    with _lock:
+        if replace or _sink is None:
+            _sink = sink
+
+
+def install_frontend_factory(factory: FrontendFactory, *, replace: bool = True) -> None:
+    global _factory
+    with _lock:
+        if replace or _factory is None:
+            _factory = factory
+
+
+def register_renderer(name: str, fn: Callable[..., Any], *, replace: bool = True) -> None:
+    with _lock:
+        if replace or name not in _renderers:
+            _renderers[name] = fn
+
+
+def _load() -> None:
+    """Run every installer of the entry-point group once (the composition root)."""
+    global _loaded
+    with _lock:
+        if _loaded:
+            return
+        _loaded = True
+        from importlib.metadata import entry_points
+
+        found = sorted(entry_points(group=GROUP), key=lambda e: e.name)
+        for ep in found:
+            try:
+                ep.load()()
+            except Exception as exc:   # a broken front-end plugin must not take the program down
+                log.warning("dynstep: front end %r (%s) failed to install: %r", ep.name, ep.value, exc)
+        if not found:
+            warnings.warn(f"dynstep: no front end is installed (entry-point group {GROUP!r} is empty; "
+                          "install dynstep with pip, e.g. pip install -e .): events are dropped and stops "
+                          "do not wait", RuntimeWarning, stacklevel=3)
+
+
+def default_sink() -> Sink:
+    _load()
+    return _sink or _drop
+
+
+def make_frontend(kind: str | None, commands: str | None) -> "Frontend | None":
+    _load()
+    return _factory(kind, commands) if _factory is not None else None
+
+
+def render(name: str, *args: Any, **kwargs: Any) -> Any:
+    _load()
+    fn = _renderers.get(name)
+    if fn is None:
+        raise RuntimeError(f"dynstep: no renderer {name!r} is installed (known: {sorted(_renderers)}); "
+                           f"front ends register theirs through the {GROUP!r} entry points")
+    return fn(*args, **kwargs)
+
+
+def _drop(event: object) -> None:
+    return None

@@ -1,0 +1,173 @@
+"""The `dynstep` command line.
+
+    dynstep demo [--inner inductor]      probe every block of a bundled small GPT and show a table
+    dynstep doctor                       what is installed, which kernels are registered, and why not
+    dynstep run SCRIPT [ARGS]            run a script, every torch.compile through superstep
+    dynstep run -m MODULE [ARGS]         ... --pause SEL --probe SEL --commands "p value; c" --frontend pdb
+    dynstep run --step-bytecode SCRIPT   step through the bytecode Dynamo wrote, and into its graphs
+    dynstep diff SCRIPT [--backend B]    diff every compiled graph in SCRIPT against eager and float64
+
+Each verb is a function `cmd_<verb>(args) -> (ok, message)`; only `main()` prints the message
+and exits, so the verbs can be tested in-process and through a subprocess alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+# (ok, message), or (ok, message, exit code) for verbs that pass a program's own exit code on
+Result = tuple[bool, str] | tuple[bool, str, int]
+
+
+def cmd_demo(args: argparse.Namespace) -> Result:
+    """Compile a small GPT with superstep, record every block, print what the probes saw."""
+    from .console import print_table
+    from .demo.run import PROBES, run_demo
+
+    result = run_demo(inner=args.inner, steps=args.steps)
+    print(f"dynstep demo: TinyGPT compiled with backend='superstep' (inner={result.inner}), "
+          f"{args.steps} training steps, probes: {', '.join(PROBES)}")
+    print_table(result.snapshots, title=f"forward values, last step (inner={result.inner})")
+    print_table(result.grads, title="gradients flowing into the probed values, last step")
+    print(f"loss {result.loss:.4f}   compiled vs eager after training: max |diff| {result.max_abs_vs_eager:.2e}")
+    return True, ""
+
+
+def cmd_doctor(args: argparse.Namespace) -> Result:
+    """Report versions, the backend registration, and which dynstep kernels exist for which device."""
+    from .doctor import report
+
+    lines, ok = report()
+    print("\n".join(lines))
+    return ok, "" if ok else "dynstep doctor found problems (see above)"
+
+
+def cmd_run(args: argparse.Namespace) -> Result:
+    """Run a script or module with every torch.compile routed through superstep (pause, step, probe)."""
+    from .runner import run
+
+    target = args.module or args.script
+    if not target:
+        return False, "dynstep run: give a script (dynstep run train.py) or a module (dynstep run -m pkg.train)", 2
+    script_args = list(args.args) if args.module is None else [a for a in (args.script, *args.args) if a]
+    overrides: dict[str, object] = {}
+    for name in ("probe", "pause"):
+        if getattr(args, name):
+            overrides[name] = list(getattr(args, name))
+    for name in ("commands", "frontend", "inner", "nan"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    if args.step:
+        overrides["step"] = True
+    code = run(target, script_args, overrides, module=args.module is not None,
+               step_bytecode=args.step_bytecode)
+    return code == 0, "", code
+def cmd_diff(args: argparse.Namespace) -> Result:
+    """Run SCRIPT with every torch.compile diffed against eager and float64; exit 1 on divergence."""
+    import os
+    import runpy
+
+    from ..eagerdiff.api import config, diffing
+    from .diff_show import progress_bar
+
+    backend = _backend_arg(args.backend)
+    script = os.path.abspath(args.script)
+    if not os.path.isfile(script):
+        return False, f"dynstep diff: no such script {args.script!r}"
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    sys.argv, sys.path[0:0] = [script, *args.script_args], [os.path.dirname(script)]
+    try:
+        with progress_bar() as progress:
+            cfg = config(backend, mode=args.mode, training=args.training, repro=args.repro,
+                         ladder=not args.no_ladder, progress=progress,
+                         backend_ref=args.backend if ":" in args.backend else None)
+            with diffing(cfg, calls=args.calls) as collector:
+                runpy.run_path(script, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    report = collector.report()
+    report.show()
+    if args.json:
+        report.to_json(args.json)
+    if args.html:
+        report.to_html(args.html)
+    if not report.graphs:
+        return False, "dynstep diff: the script compiled no graph with torch.compile"
+    return report.ok, "" if report.ok else report.summary()
+
+
+def _backend_arg(text: str):
+    """A backend name, or ``module:attribute`` naming a backend callable."""
+    if ":" not in text:
+        return text
+    import importlib
+
+    module, _, attr = text.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"dynstep diff: --backend {text!r}: cannot import {attr!r} from {module!r} ({exc}); "
+                         "expected a backend name like 'inductor' or module:attribute") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dynstep", description="A step debugger for torch.compile.")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    demo = sub.add_parser("demo", help=cmd_demo.__doc__)
+    demo.add_argument("--inner", default="inductor", help="inner compiler (default: inductor)")
+    demo.add_argument("--steps", type=int, default=2, help="training steps to run (default: 2)")
+    sub.add_parser("doctor", help=cmd_doctor.__doc__)
+    run = sub.add_parser("run", help=cmd_run.__doc__,
+                         usage="dynstep run [options] SCRIPT [ARGS...] | dynstep run [options] -m MODULE [ARGS...]")
+    run.add_argument("-m", dest="module", default=None, help="run a module as a script (like python -m)")
+    run.add_argument("--probe", action="append", default=[], help="probe selector (repeatable)")
+    run.add_argument("--pause", action="append", default=[], help="pause selector (repeatable)")
+    run.add_argument("--commands", default=None, help='scripted stepper commands: "p value.mean(); s; c"')
+    run.add_argument("--frontend", default=None, choices=["repl", "script", "pdb"], help="who answers a stop")
+    run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
+    run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
+    run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
+    run.add_argument("--step-bytecode", action="store_true",
+                     help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
+    run.add_argument("script", nargs="?", help="the script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    diff = sub.add_parser("diff", help=cmd_diff.__doc__)
+    diff.add_argument("script", help="the Python script to run")
+    diff.add_argument("script_args", nargs="*", help="arguments for the script (after --)")
+    diff.add_argument("--backend", default="inductor",
+                      help="backend to diff: a name (default: inductor) or module:attribute")
+    diff.add_argument("--mode", default=None, help="torch.compile mode for the backend")
+    diff.add_argument("--training", action="store_true", help="also diff gradients of every graph")
+    diff.add_argument("--repro", metavar="DIR", help="write a runnable repro of the first divergence to DIR")
+    diff.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    diff.add_argument("--html", metavar="FILE", help="write the report as a self-contained HTML page")
+    diff.add_argument("--calls", type=int, default=1, help="diff the first N calls of each graph (default: 1)")
+    diff.add_argument("--no-ladder", action="store_true", help="skip the backends ladder")
+    return parser
+
+
+VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
+    "demo": cmd_demo,
+    "doctor": cmd_doctor,
+    "run": cmd_run,
+    "diff": cmd_diff,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from . import wiring
+
+    wiring.install()
+    args = build_parser().parse_args(argv)
+    ok, message, *code = VERBS[args.verb](args)
+    if message:
+        print(message, file=sys.stderr)
+    if code:
+        return code[0]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Terminal front end: probe hits and warnings on stderr, tables of snapshots (rich).
+
+    console.default_sink(ProbePrinted(snap))      # one line per hit, on stderr
+    console.print_table(snapshots, title="...")   # a table of probe hits
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from ..core.events import ProbePrinted, Warning_
+from ..core.records import Snapshot
+from .text import fmt, tensor_line
+
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+_out = Console(highlight=False)
+
+
+def default_sink(event: object) -> None:
+    if isinstance(event, ProbePrinted):
+        s = event.snapshot
+        where = f"{s.module} " if s.module else ""
+        label = "grad " if s.kind == "grad" else ""
+        _err.print(f"[bold cyan]dynstep[/] {label}{s.node} [dim]{s.target}[/] {where}[dim]{s.source}[/] "
+                   f"#{s.call}  {tensor_line(s)}", markup=True)
+        if event.values:
+            more = " ..." if len(event.values) < max(s.stats.count + s.stats.nan + s.stats.inf, 0) else ""
+            _err.print("    [" + ", ".join(f"{v:.6g}" for v in event.values) + more + "]", markup=False)
+    elif isinstance(event, Warning_):
+        _err.print(f"[yellow]dynstep:[/] {event.message}")
+    else:
+        from .repl import render   # stepper events: stops, command answers
+
+        render(event)
+
+
+def snapshots_table(snaps: Sequence[Snapshot], title: str = "probe hits") -> Table:
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for col, just in (("kind", "left"), ("module", "left"), ("node", "left"), ("op", "left"),
+                      ("source", "left"), ("shape", "left"), ("mean", "right"), ("std", "right"),
+                      ("absmax", "right"), ("nan/inf", "right")):
+        table.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    for s in snaps:
+        bad = s.stats.nan + s.stats.inf
+        table.add_row(s.kind, s.module or "-", s.node, s.target.rsplit(".", 1)[-1], s.source,
+                      "x".join(map(str, s.shape)) or "scalar", fmt(s.stats.mean), fmt(s.stats.std),
+                      fmt(s.stats.absmax), f"[red]{bad}[/]" if bad else "0")
+    return table
+
+
+def print_table(snaps: Sequence[Snapshot], title: str = "probe hits", file=None) -> None:
+    console = Console(file=file or sys.stdout, highlight=False, width=max(_out.width, 140))
+    console.print(snapshots_table(snaps, title))

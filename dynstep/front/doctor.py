@@ -1,0 +1,82 @@
+"""`dynstep doctor`: what is installed and registered, as lines of text and an ok flag.
+
+    lines, ok = report()
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import sys
+
+
+def report() -> tuple[list[str], bool]:
+    import torch
+
+    from .. import __version__
+
+    lines = [f"dynstep {__version__}  python {platform.python_version()}  torch {torch.__version__}",
+             f"cuda available: {torch.cuda.is_available()}  (torch built with CUDA {torch.version.cuda})"]
+    ok = _backend(lines)
+    _kernels(lines)
+    _features(lines)
+    lines.append(f"compilers: g++ {'found' if shutil.which('g++') else 'missing'}, "
+                 f"nvcc {'found' if shutil.which('nvcc') else 'missing'}")
+    lines.append(f"executable: {sys.executable}")
+    return lines, ok
+
+
+def _backend(lines: list[str]) -> bool:
+    from importlib.metadata import entry_points
+
+    names = [e.name for e in entry_points(group="torch_dynamo_backends")]
+    registered = "superstep" in names
+    lines.append(f"backend 'superstep' registered through torch_dynamo_backends: {registered}")
+    return registered
+
+
+def _kernels(lines: list[str]) -> None:
+    from ..ops import native, schema
+    from ..probe import kernel
+    from ..step import breakpoints
+
+    kernel.ensure()        # what a compile with probes would register
+    breakpoints.ensure()   # ... and one with stop points or breakpoints
+    st = native.status()
+    lines.append(f"native extension: {'loaded' if st.loaded else 'not loaded'} ({st.reason})")
+    lines.append("kernels (dispatch keys with a kernel):")
+    for name, keys in schema.registered_kernels().items():
+        lines.append(f"  dynstep::{name:<12} {', '.join(keys):<40} {_kernel_note(name, keys, st.reason)}")
+
+
+def _kernel_note(name: str, keys: list[str], native_reason: str) -> str:
+    from ..ops import native
+
+    if name != "probe":
+        return "Python kernel (no native kernel is planned for this op)"
+    have = [k for k in keys if k in ("CPU", "CUDA")]
+    missing = []
+    if "CPU" not in keys:
+        missing.append(f"CPU: {native_reason}")
+    if "CUDA" not in keys:
+        missing.append(f"CUDA: {native.cuda_reason()}")
+    return ("native: " + ",".join(have) if have else "Python kernel only") + \
+        ("; missing " + "; ".join(missing) if missing else "")
+
+
+def _features(lines: list[str]) -> None:
+    from .. import _compat
+    from ..ops import native
+    from ..probe import fastpath, switch
+
+    lines.append(f"Inductor's wrapper calls dynstep::probe by: {fastpath.status()}")
+    missing = _compat.bytecode_hooks_missing()
+    lines.append("bytecode stepper (step_bytecode, dynstep run --step-bytecode): " +
+                 ("available" if missing is None else f"unavailable: {missing}"))
+    lines.append(f"probes: {'enabled' if switch.enabled() else 'disabled'} "
+                 "(dynstep.probes.enable()/disable(), DYNSTEP_PROBES=0)")
+    mod = native.get()
+    if mod is not None:
+        held, cap = mod.memory()
+        lines.append(f"record memory: {held} bytes held in native rings, cap {cap} bytes "
+                     "(dynstep.set_record_memory_cap; oldest records dropped first)")

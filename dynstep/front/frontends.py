@@ -1,0 +1,94 @@
+"""Front ends of the stepper that need no terminal (scripted commands, the Python debugger), and
+the factory the composition root installs (`make_frontend`).
+
+Which one answers a stop is chosen by the `frontend` and `commands` options (or DYNSTEP_FRONTEND,
+DYNSTEP_COMMANDS):
+
+    commands="p value.mean(); s; c"   ScriptFrontend: one command per `;` or line; when the
+                                       script runs out, the program runs to the end
+    frontend="pdb"                     PdbFrontend: sys.breakpointhook() (PEP 553) from a frame
+                                       whose locals are the value, the node's inputs and context
+    frontend="repl" (default)          dynstep.front.repl.ReplFrontend when stdin is a terminal;
+                                       otherwise a one-time warning and no stops (never hangs)
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from typing import TYPE_CHECKING
+
+from ..core.commands import split_commands
+from ..core.events import CommandRead, emit
+
+if TYPE_CHECKING:
+    from ..core.wiring import Frontend
+    from ..step.stepper import Stepper, Stop
+
+
+def make_frontend(kind: str | None, commands: str | None) -> "Frontend | None":
+    """The front end for an options pair, or None when nothing can answer (the caller detaches)."""
+    if commands is not None and kind in (None, "script"):
+        return ScriptFrontend(commands)
+    if kind == "pdb":
+        return PdbFrontend()
+    if kind == "script":
+        return ScriptFrontend("")
+    if sys.stdin is not None and sys.stdin.isatty():
+        from .repl import ReplFrontend
+
+        return ReplFrontend()
+    return None
+
+
+class ScriptFrontend:
+    """Feeds a fixed list of commands across all stops of the run, in order."""
+
+    def __init__(self, script: str) -> None:
+        self.queue = collections.deque(split_commands(script))
+
+    def read(self, prompt: str) -> str | None:
+        """The next scripted command (shared by every kind of stop), None when the script ran out.
+        Shown as read, so a transcript reads like a session."""
+        if not self.queue:
+            return None
+        line = self.queue.popleft()
+        emit(CommandRead(line))
+        return line
+
+    def run(self, stepper: "Stepper", stop: "Stop") -> None:
+        while True:
+            line = self.read("")
+            if line is None:
+                stepper.detach("dynstep: scripted commands ran out; continuing to the end")
+                return
+            if stepper.execute(line):
+                return
+
+
+class PdbFrontend:
+    """Calls `sys.breakpointhook()` with the stop's tensors as the frame's locals.
+
+    In the debugger: `value` is the live tensor (in-place edits such as `value.clamp_(-1, 1)`
+    are what later nodes see; rebinding `value = ...` is written back when the debugger
+    continues), the node's inputs are bound by their FX names, `site` describes the node, and
+    `dynstep_cmd("s")` runs any stepper command (here: stop again after the next node).
+    """
+
+    def run(self, stepper: "Stepper", stop: "Stop") -> None:
+        site = stop.site
+        frame_locals = {**stop.inputs, "value": stop.value, "site": site, "node": site.node,
+                        "target": site.target, "module": site.module, "source": site.source,
+                        "reason": stop.reason, "dynstep_cmd": stepper.execute}
+        if site.user_name:
+            frame_locals[site.user_name] = stop.value
+        original = stop.value
+        # exec gives the debugger a frame whose f_locals *is* this dict: every name is visible to
+        # pdb/ipdb/debugpy, and a rebinding of `value` can be read back afterwards.
+        exec(compile("__import__('sys').breakpointhook()", f"<dynstep stop {site.node}>", "exec"),
+             {"__builtins__": __builtins__}, frame_locals)
+        if frame_locals["value"] is not original:
+            stepper.write_value(stop, frame_locals["value"])
+
+    def __repr__(self) -> str:
+        return "PdbFrontend()"

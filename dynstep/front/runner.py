@@ -1,0 +1,165 @@
+"""`dynstep run`: run a script with every `torch.compile` routed through superstep.
+
+    dynstep run train.py --lr 3e-4 --pause "module:blocks.2.attn"
+    dynstep run -m mypkg.train --probe "op:layer_norm" --commands "p value.std(); c"
+
+The script's own backend and mode become superstep's `inner` and `mode` (unless `--inner`
+overrides them); the script's stdout, argv, `__name__ == "__main__"` and exit code are its own.
+`torch.compile` is patched only inside `routed_compile()` and restored in `finally`.
+
+    with routed_compile({"pause": ["module:blocks.0"]}):
+        runpy.run_path("train.py", run_name="__main__")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import runpy
+import signal
+import sys
+import traceback
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..core.errors import Abort
+from ..core.sites import SITES
+from ..step.stepper import STEPPER
+
+
+def backend_for(backend: Any, mode: str | None, options: Mapping[str, Any] | None,
+                overrides: Mapping[str, Any]) -> Any:
+    """The superstep backend that stands in for ``torch.compile(backend=backend, mode=mode, options=options)``."""
+    from dynstep.backends.superstep import superstep
+
+    if backend == "superstep":
+        merged = {**(options or {}), **overrides}
+        return superstep(**merged, **({"mode": mode} if mode else {}))
+    if options:
+        warnings.warn(f"dynstep run: the script's options= for backend {backend!r} are not passed on "
+                      f"(superstep takes its own options); ignoring {sorted(options)}", UserWarning, stacklevel=3)
+    merged = {"inner": backend, **overrides}
+    return superstep(**merged, **({"mode": mode} if mode else {}))
+
+
+@contextlib.contextmanager
+def routed_compile(overrides: Mapping[str, Any]) -> Iterator[None]:
+    """Patch `torch.compile` so every call compiles through superstep with `overrides`."""
+    original = torch.compile
+
+    def compile(model: Any = None, *, backend: Any = "inductor", mode: str | None = None,
+                options: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+        if model is None:   # @torch.compile(...) used as a decorator factory
+            return lambda fn: compile(fn, backend=backend, mode=mode, options=options, **kwargs)
+        return original(model, backend=backend_for(backend, mode, options, overrides), **kwargs)
+
+    compile.__doc__ = original.__doc__
+    torch.compile = compile
+    try:
+        yield
+    finally:
+        torch.compile = original
+
+
+@contextlib.contextmanager
+def _argv(argv: Sequence[str], path0: str | None) -> Iterator[None]:
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = list(argv)
+    if path0 is not None:
+        sys.path.insert(0, path0)
+    try:
+        yield
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+@contextlib.contextmanager
+def _interrupt_steps() -> Iterator[None]:
+    """First Ctrl-C while running: stop at the next stop point; a second one: KeyboardInterrupt."""
+    def handler(signum: int, frame: Any) -> None:
+        stepping = any(s.kind == "pause" for s in SITES.all())
+        if not stepping or STEPPER.mode == "step" or STEPPER.current is not None:
+            raise KeyboardInterrupt
+        STEPPER.detached = False
+        STEPPER.mode = "step"
+        print("\ndynstep: interrupted; stopping at the next node (Ctrl-C again to stop the program)",
+              file=sys.stderr)
+
+    if not sys.stdin or not sys.stdin.isatty():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _bytecode_stepping(enabled: bool, overrides: Mapping[str, Any]) -> Iterator[None]:
+    """``--step-bytecode``: the whole run inside dynstep.step_bytecode(); routed_compile already
+    sends every graph through superstep, with step points (``step`` is in the overrides)."""
+    if not enabled:
+        yield
+        return
+    from ..bytecode import step_bytecode
+
+    with step_bytecode(commands=overrides.get("commands"), frontend=overrides.get("frontend"), route=False):
+        yield
+
+
+def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, module: bool = False,
+        step_bytecode: bool = False) -> int:
+    """Run a script (or ``-m`` module) as ``__main__``; returns its exit code."""
+    if step_bytecode:
+        from .. import _compat
+
+        missing = _compat.bytecode_hooks_missing()
+        if missing is not None:
+            print(f"dynstep run --step-bytecode: the bytecode stepper cannot run here: {missing}",
+                  file=sys.stderr)
+            return 2
+        overrides = {**overrides, "step": True}
+    if not module and not os.path.isfile(target):
+        print(f"dynstep run: no such script {target!r}", file=sys.stderr)
+        return 2
+    STEPPER.reset()
+    path0 = os.getcwd() if module else os.path.dirname(os.path.abspath(target))
+    with _argv([target, *args], path0), routed_compile(overrides), _interrupt_steps(), \
+            _bytecode_stepping(step_bytecode, overrides):
+        return _run_main(target, module)
+
+
+def _run_main(target: str, module: bool) -> int:
+    """Run the target as __main__ and turn how it ended into an exit code."""
+    try:
+        if module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        return _exit_code(exc.code)
+    except Abort as exc:
+        print(f"dynstep: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", file=sys.stderr)
+        return 130
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+    return 0
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1

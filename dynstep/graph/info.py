@@ -1,0 +1,155 @@
+"""What an FX node says about the user's program: module path, source frames, op name, value.
+
+Works on Dynamo's torch-level graphs and on AOTAutograd's aten-level graphs, which both carry
+`nn_module_stack` and `stack_trace` in `node.meta`.
+
+    module_path(node)   -> "blocks.0.mlp"        (Dynamo's ``L['self']`` root stripped)
+    user_frames(node)   -> (Frame("model.py", 57, "forward", "x = self.fc(x)"), ...)
+    op_name(node)       -> "torch.nn.functional.layer_norm" | "aten.addmm.default" | "Tensor.transpose"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+import os
+import re
+
+import torch
+import torch.fx
+
+from .. import _compat
+
+_FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)\n(?P<code>[^\n]*)')
+_ROOT_RE = re.compile(r"^(?:L|G)\[['\"]([^'\"]+)['\"]\]")
+_INDEX_RE = re.compile(r"\[(['\"]?)([^\]'\"]+)\1\]")
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_C_ALIASES = {"torch._C._nn.": "torch.nn.functional.", "torch._C._VariableFunctions.": "torch.",
+              "torch._C._linalg.": "torch.linalg.", "torch._C._special.": "torch.special.",
+              "torch._C._fft.": "torch.fft."}
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    func: str
+    code: str
+
+    @property
+    def location(self) -> str:
+        return f"{os.path.basename(self.file)}:{self.line}"
+
+
+def normalize_module_path(fqn: str) -> str:
+    """``L['self'].blocks[0].mlp`` -> ``blocks.0.mlp``: the path the user writes."""
+    path = _ROOT_RE.sub("", fqn)
+    path = _INDEX_RE.sub(lambda m: "." + m.group(2), path)
+    return path.strip(".")
+
+
+def module_stack(node: torch.fx.Node) -> tuple[str, ...]:
+    """Every module the node was created in, outermost first (the compiled root omitted)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    out = []
+    for value in stack.values():
+        fqn = value[0] if isinstance(value, tuple) else str(value)
+        path = normalize_module_path(fqn)
+        if path and path not in out:
+            out.append(path)
+    return tuple(out)
+
+
+def module_path(node: torch.fx.Node) -> str:
+    stack = module_stack(node)
+    return stack[-1] if stack else ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_frames(stack_trace: str) -> tuple[Frame, ...]:
+    frames = []
+    for m in _FRAME_RE.finditer(stack_trace):
+        frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func").strip(),
+                            m.group("code").strip()))
+    return tuple(frames)
+
+
+def user_frames(node: torch.fx.Node) -> tuple[Frame, ...]:
+    """The user's frames that were executing when the node was created, outermost first."""
+    trace = node.meta.get("stack_trace") or ""
+    return tuple(f for f in _parse_frames(trace) if not f.file.startswith(_TORCH_DIR))
+
+
+def graph_id(gm: torch.fx.GraphModule, compile_id: str) -> str:
+    """``forward[0/0]``: the user function the graph was traced from, and Dynamo's compile id."""
+    for n in gm.graph.nodes:
+        frames = user_frames(n)
+        if frames:
+            return f"{frames[0].func}[{compile_id}]"
+    return f"graph[{compile_id}]"
+
+
+def source(node: torch.fx.Node) -> tuple[str, str]:
+    """(``file:line``, text of the line) of the innermost user frame, or ("", "")."""
+    frames = user_frames(node)
+    if not frames:
+        return "", ""
+    f = frames[-1]
+    return f.location, f.code
+
+
+def op_name(node: torch.fx.Node) -> str:
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op == "call_module":
+        return f"module.{node.target}"
+    if node.op != "call_function":
+        return node.op
+    target = node.target
+    if _compat.is_op(target):
+        return str(target).replace("::", ".")
+    name = _compat.qualified_name(target)
+    for prefix, alias in _C_ALIASES.items():
+        if name.startswith(prefix):
+            return alias + name[len(prefix):]
+    return name
+
+
+def is_aten_graph(graph: torch.fx.Graph) -> bool:
+    return any(_compat.is_op_overload(n.target) and n.target.namespace in ("aten", "prims")
+               for n in graph.nodes if n.op == "call_function")
+
+
+def example_value(node: torch.fx.Node):
+    meta = node.meta
+    if "example_value" in meta:
+        return meta["example_value"]
+    return meta.get("val")
+
+
+def tensor_leaves(node: torch.fx.Node) -> list[tuple[int | None, torch.Tensor]]:
+    """The tensors a node produces: [(None, t)] for a tensor, [(i, t_i), ...] for a tuple/list."""
+    value = example_value(node)
+    if isinstance(value, torch.Tensor):
+        return [(None, value)]
+    if isinstance(value, (tuple, list)):
+        return [(i, v) for i, v in enumerate(value) if isinstance(v, torch.Tensor)]
+    return []
+
+
+def is_value_node(node: torch.fx.Node) -> bool:
+    return node.op in ("call_function", "call_method", "call_module") and not is_dynstep_node(node)
+
+
+def is_dynstep_node(node: torch.fx.Node) -> bool:
+    target = node.target
+    return _compat.is_op_overload(target) and target.namespace == "dynstep"
+
+
+def tensor_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """A tensor node itself; for a tuple-valued node, its getitem users (where its tensors live)."""
+    if isinstance(example_value(node), torch.Tensor):
+        return [node]
+    return [u for u in node.users if u.op == "call_function" and u.target is operator.getitem
+            and isinstance(example_value(u), torch.Tensor)]

@@ -1,0 +1,55 @@
+"""The probe package's kernels under the op schema, and the wiring of its parts, done once.
+
+`ensure()` registers the Python kernels of `dynstep::probe`, `grad_tap` and `grad_tap_bw`
+(CompositeExplicitAutograd), loads the native kernel (csrc/, best effort: `dynstep doctor` says why
+not) and mirrors sites into it, connects the sessions as the destination of hits, and asks to be
+told when Inductor traces a probe so its wrapper calls the probe directly (`dynstep.probe.fastpath`).
+Every path that puts a probe into a graph calls it first: superstep's probe pass, `TensorProbe`,
+and the generated code's `dynstep.fastpath` import.
+
+    from dynstep.probe import kernel
+    kernel.ensure()
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from ..ops import native, schema
+from . import fastpath, rings, runtime, sessions
+
+_lock = threading.Lock()
+_done = False
+
+
+def _grad_tap(x: torch.Tensor, site: int) -> torch.Tensor:
+    return x.clone()
+
+
+def _grad_tap_bw(g: torch.Tensor, site: int) -> torch.Tensor:
+    runtime.on_probe(g, site)
+    return g.clone()
+
+
+def ensure() -> None:
+    """Register and connect everything a probe needs at run time (idempotent, thread-safe)."""
+    global _done
+    if _done:
+        return
+    with _lock:
+        if _done:
+            return
+        schema.impl("probe", runtime.on_probe)
+        schema.impl("grad_tap", _grad_tap)
+        schema.impl("grad_tap_bw", _grad_tap_bw)
+        runtime.connect(destination=sessions.DESTINATION)
+        # while a graph calling the probe is traced: once Inductor's code generator is loaded (it is
+        # by the time AOTAutograd traces for Inductor), its wrapper lines call the probe directly
+        schema.on_trace("probe", fastpath.install_when_inductor_loaded)
+        module = native.load()
+        if module is not None:
+            rings.attach_native(module)
+            fastpath.bind(module.probe)
+        _done = True

@@ -1,0 +1,189 @@
+"""The native side of probes: sites mirrored into the native registry, rings drained into Python,
+the record memory cap, and the sticky state a hand-placed probe reports.
+
+When the native kernel (csrc/probe_cpu.cpp) is loaded, every site is mirrored into its registry
+(`attach_native`). The native kernel then keeps hits in per-site rings and Python collects them
+lazily (`drain_native`, called when a session or a TensorProbe is read, opened or closed), or as
+they happen while `set_immediate(True)` (a streaming session, sessions in several threads).
+
+    attach_native(module); drain_native(); site_report(site_id).calls
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from types import ModuleType
+
+from ..core.records import Stats
+from ..core.sites import SITES, Site
+from . import runtime
+
+_native: ModuleType | None = None
+NATIVE_ACTIONS = ("summary", "record", "print", "nan")
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteReport:
+    calls: int
+    nonfinite: bool
+    failed: bool
+    message: str
+
+
+def attach_native(module: ModuleType) -> None:
+    """Mirror every site (present and future) into the native registry."""
+    global _native
+    _native = module
+    runtime.set_native(module)
+    module.set_callbacks(runtime.native_hit, runtime.on_probe)
+    module.set_memory_cap(_cap)
+    for site in SITES.all():
+        register_native(site)
+    SITES.listen(register_native)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordMemory:
+    """Bytes of record copies held in native rings, and the cap (oldest copies dropped first)."""
+
+    held: int
+    cap: int
+    native: bool
+
+
+DEFAULT_RECORD_MEMORY_CAP = 1 << 30
+
+
+def set_record_memory_cap(nbytes: int) -> None:
+    """Cap the bytes all native record rings may hold together.
+
+    Policy when a new record would exceed it: the oldest record copies (lowest hit order, across
+    all probes) are dropped until it fits; a single copy larger than the cap is not kept (its
+    stats still are). Drops are counted in `Session.dropped` / `TensorProbe.state().dropped` and
+    `dropped_by_memory_cap`. Without the native kernel, records go straight to session rings,
+    which are bounded by each probe's ring capacity only.
+    """
+    if nbytes < 0:
+        raise ValueError(f"record memory cap must be >= 0 bytes, got {nbytes}")
+    global _cap
+    _cap = int(nbytes)
+    native = _native
+    if native is not None:
+        native.set_memory_cap(_cap)
+
+
+def record_memory() -> RecordMemory:
+    native = _native
+    if native is None:
+        return RecordMemory(0, _cap, False)
+    held, cap = native.memory()
+    return RecordMemory(int(held), int(cap), True)
+
+
+_cap = int(os.environ.get("DYNSTEP_RECORD_MEMORY", DEFAULT_RECORD_MEMORY_CAP))
+
+
+_immediate = False
+
+
+def set_immediate(on: bool) -> None:
+    """Native hits go to Python as they happen (on) or wait in native rings until read (off).
+
+    Sessions turn this on while a session streams to a file (a crash must not lose hits that sat
+    in native rings) or while sessions are open in more than one thread (each thread's hits must
+    reach its own sessions, not share one ring between reads).
+    """
+    global _immediate
+    if on == _immediate:
+        return
+    drain_native()
+    _immediate = on
+    if _native is not None:
+        for site in SITES.all():
+            if _native.is_registered(site.id) and not runtime.is_closed(site.id):
+                register_native(site)
+
+
+def action_bits(site: Site) -> int:
+    native = _native
+    assert native is not None
+    bits = native.ACTION_BITS
+    mask = bits["python"] if _immediate and site.hand is None else 0
+    for action in site.actions:
+        mask |= bits[action] if action in NATIVE_ACTIONS else bits["python"]
+    hand = site.hand
+    if hand is not None:
+        if hand.when == "capture":
+            mask |= bits["when_capture"]
+        if hand.non_contiguous == "error":
+            mask |= bits["reject_non_contiguous"]
+        if hand.expected is not None:
+            mask |= bits["compare"]
+        if hand.check_finite:
+            mask |= bits["nonfinite_flag"]
+    return mask
+
+
+def register_native(site: Site) -> None:
+    native = _native
+    if native is None or runtime.is_closed(site.id):
+        return
+    capacity = site.capacity if "record" in site.actions else 1024
+    every = site.hand.every if site.hand is not None else 1
+    native.register_site(site.id, action_bits(site), capacity, every)
+    if site.hand is not None and site.hand.expected is not None:
+        h = site.hand
+        native.set_compare(site.id, h.expected, h.rtol, h.atol, h.equal_nan)
+
+
+def drain_native(site_id: int | None = None) -> int:
+    """Move what native rings hold into sessions and probe sinks; returns how many hits moved."""
+    native = _native
+    if native is None:
+        return 0
+    entries, dropped = native.drain(-1 if site_id is None else site_id)
+    for sid, seq, call, thread, numbers, shape, dtype, tensor, device in entries:
+        snap = runtime.snapshot_for(SITES.get(sid), call, tuple(shape), dtype, device, Stats(*numbers), tensor, seq)
+        runtime.deliver(snap, thread or None)  # 0: a CUDA hit harvested from the device ring: the drainer's sessions
+    for sid, (ring, memory) in dropped.items():
+        runtime.count_dropped(sid, ring, memory)
+    return len(entries)
+
+
+def close_site(site_id: int) -> None:
+    """Stop a site for good: later hits do nothing, native state is freed. Idempotent.
+
+    Natively the site stays registered as a closed no-op (compiled graphs may still call it), and
+    a CUDA graph that captured it may still replay: its hits are ignored, and the CUDA payloads
+    that graph holds are freed when the graph is destroyed (csrc/cuda/probe_cuda_op.cpp).
+    """
+    drain_native(site_id)
+    runtime.close(site_id)
+    native = _native
+    if native is not None:
+        native.close_site(site_id)
+
+
+def site_report(site_id: int) -> SiteReport:
+    """Hits and sticky flags of one site, from whichever kernel served it."""
+    py = runtime.check_state(site_id)
+    calls, nonfinite, failed, message = runtime.calls(site_id), py.nonfinite, py.failed, py.message
+    native = _native
+    if native is not None and native.is_registered(site_id):
+        n_calls, n_nonfinite, n_failed, n_message, *_ = native.site_state(site_id)
+        calls += n_calls
+        nonfinite, failed = nonfinite or n_nonfinite, failed or n_failed
+        message = message or n_message
+    return SiteReport(calls, nonfinite, failed, message)
+
+
+def reset_checks(site_id: int) -> None:
+    runtime.reset_check(site_id)
+    native = _native
+    if native is not None:
+        native.reset_flags(site_id)
+
+
+def hit_count(site_id: int) -> int:
+    return site_report(site_id).calls

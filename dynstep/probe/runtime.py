@@ -1,0 +1,298 @@
+"""What happens when a probe fires at run time: the actions summary, record, print, nan, compare.
+
+`on_probe(x, site_id)` is the Python kernel behind `dynstep::probe`. It never lets a probe crash
+the model: unsupported tensors are skipped with a one-time warning, unexpected failures are
+reported once and swallowed. Only the errors the user asked for (`nan="raise"`, a strided input
+to a probe with `non_contiguous="error"`) propagate.
+
+When the native kernel (csrc/probe_cpu.cpp) is loaded it calls back into `native_hit` only for
+hits that need Python (print, a non-finite value with the nan action, actions only Python
+implements); the rest wait in native rings (`dynstep.probe.rings`).
+
+Where hits go is plugged in, not imported: a hand-placed probe's own sink (`set_sink`), else the
+`Destination` (the sessions, connected by `dynstep.probe.kernel`); a gradient pause or
+`nan="stop"` goes to the `Stopper` the stepper connects (`dynstep.step.kernel`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import logging
+import math
+import threading
+import warnings
+from types import ModuleType
+from typing import Protocol
+
+import torch
+
+from ..core.errors import Abort, DynstepError, NonFiniteError
+from ..core.events import ProbePrinted, emit
+from ..core.records import Snapshot, Stats
+from ..core.sites import SITES, HandConfig, Site
+from .stats import nonfinite_counts, stats_of, unsupported_reason
+
+log = logging.getLogger("dynstep")
+_lock = threading.Lock()
+_calls: collections.Counter[int] = collections.Counter()
+_seq = itertools.count(1)
+_warned: set[tuple[int, str]] = set()
+_native: ModuleType | None = None
+_sinks: dict[int, "RecordSink"] = {}
+_checks: dict[int, "CheckState"] = {}
+_closed: set[int] = set()
+
+
+class RecordSink(Protocol):
+    """Where a hand-placed probe's hits go instead of the sessions."""
+
+    def add(self, snap: Snapshot) -> None: ...
+    def count_dropped(self, ring: int, memory: int) -> None: ...
+
+
+class Destination(Protocol):
+    """Where every other hit goes (the sessions): by the thread it happened in."""
+
+    def deliver(self, snap: Snapshot, *, thread: int | None = None) -> None: ...
+    def count_dropped(self, probe: str, ring: int, memory: int) -> None: ...
+
+
+class Stopper(Protocol):
+    """Who stops the program for a probe (the runtime stepper)."""
+
+    def grad_pause(self, g: torch.Tensor, site: Site) -> None: ...
+    def nonfinite(self, x: torch.Tensor, site: Site, message: str) -> None: ...
+
+
+_destination: Destination | None = None
+_stopper: Stopper | None = None
+
+
+def connect(*, destination: Destination | None = None, stopper: Stopper | None = None) -> None:
+    """Plug in where hits go and who stops (the probe and step packages' kernel modules do)."""
+    global _destination, _stopper
+    if destination is not None:
+        _destination = destination
+    if stopper is not None:
+        _stopper = stopper
+
+
+@dataclasses.dataclass
+class CheckState:
+    """Sticky compare / non-finite state of one site (Python kernel side)."""
+
+    nonfinite: bool = False
+    failed: bool = False
+    message: str = ""
+
+
+# -- the Python kernel --------------------------------------------------------------------------
+def on_probe(x: torch.Tensor, site_id: int) -> None:
+    if site_id in _closed:
+        return
+    site = SITES.get(site_id)
+    if site.hand is not None and not _acts_now(x, site.hand):
+        return
+    reason = unsupported_reason(x)
+    if reason is not None:
+        _warn_once(site, reason, f"dynstep: probe at {_where(site)} skipped: {reason} is not supported")
+        return
+    if site.hand is not None and site.hand.non_contiguous == "error" and not x.is_contiguous():
+        raise ValueError(non_contiguous_message(x))
+    with _lock:
+        call = _calls[site_id]
+        _calls[site_id] += 1
+    _guarded(x, site, call, None)
+
+
+def native_hit(x: torch.Tensor, site_id: int, call: int, numbers: tuple) -> None:
+    """Called by the native kernel for a hit that needs Python; stats already computed."""
+    _guarded(x, SITES.get(site_id), call, Stats(*numbers))
+
+
+def _guarded(x: torch.Tensor, site: Site, call: int, stats: Stats | None) -> None:
+    try:
+        _run_actions(x, site, call, stats)
+    except (DynstepError, Abort):
+        raise
+    except Exception as exc:  # a probe must never take the model down
+        _warn_once(site, type(exc).__name__,
+                   f"dynstep: probe at {_where(site)} failed and was skipped: {exc!r}")
+
+
+def _acts_now(x: torch.Tensor, hand: HandConfig) -> bool:
+    if hand.when == "always":
+        return True
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def non_contiguous_message(x: torch.Tensor) -> str:
+    return (f"dynstep probe: input of shape {tuple(x.shape)} with strides {tuple(x.stride())} is not "
+            'contiguous; pass non_contiguous="copy" to probe a contiguous copy, or probe '
+            "x.contiguous() yourself")
+
+
+def _run_actions(x: torch.Tensor, site: Site, call: int, stats: Stats | None) -> None:
+    acts = site.actions
+    if "pause" in acts:   # a gradient pause (pauses on values use dynstep::pause)
+        if _stopper is not None:
+            _stopper.grad_pause(x, site)
+        return
+    hand = site.hand
+    python_kernel = stats is None
+    observing = any(a in acts for a in ("summary", "record", "print"))
+    checking = hand is not None and (hand.expected is not None or hand.check_finite)
+    if stats is None and (observing or checking):
+        stats = stats_of(x)
+    if python_kernel and checking and hand is not None and stats is not None:
+        _check(x, site.id, hand, stats, call)  # the native kernel did this itself
+    if "nan" in acts:
+        nan, inf = (stats.nan, stats.inf) if stats is not None else nonfinite_counts(x)
+        if nan or inf:
+            _nonfinite(site, nan, inf, x, call)
+    if not observing or stats is None:
+        return
+    every = hand.every if hand is not None else 1
+    printing = "print" in acts and call % every == 0
+    keep = "summary" in acts or "record" in acts
+    if not (keep or printing):
+        return
+    tensor = x.detach().to("cpu", copy=True) if "record" in acts else None
+    snap = snapshot_for(site, call, tuple(int(s) for s in x.shape), str(x.dtype).replace("torch.", ""),
+                        str(x.device), stats, tensor, next_seq())
+    if keep:
+        deliver(snap, None)
+    if printing:
+        values: tuple[float, ...] = ()
+        if hand is not None and hand.max_items > 0:
+            values = tuple(x.detach().reshape(-1)[:hand.max_items].double().cpu().tolist())
+        emit(ProbePrinted(snap, values))
+
+
+def snapshot_for(site: Site, call: int, shape: tuple[int, ...], dtype: str, device: str, stats: Stats,
+                 tensor: torch.Tensor | None, seq: int) -> Snapshot:
+    return Snapshot(kind=site.kind, probe=site.probe, node=site.node, target=site.target,
+                    module=site.module, source=site.source, graph=site.graph, call=call, shape=shape,
+                    dtype=dtype, device=device, stats=stats, tensor=tensor, site=site.id, seq=seq,
+                    source_text=site.source_text)
+
+
+def deliver(snap: Snapshot, thread: int | None) -> None:
+    """Hand a hit to its probe's own sink, else to the sessions."""
+    sink = _sinks.get(snap.site)
+    if sink is not None:
+        sink.add(snap)
+    elif _destination is not None:
+        _destination.deliver(snap, thread=thread)
+
+
+def count_dropped(site_id: int, ring: int, memory: int) -> None:
+    sink = _sinks.get(site_id)
+    if sink is not None:
+        sink.count_dropped(ring, memory)
+    elif _destination is not None:
+        _destination.count_dropped(SITES.get(site_id).probe, ring, memory)
+
+
+def _check(x: torch.Tensor, site_id: int, hand: HandConfig, stats: Stats, call: int) -> None:
+    """Sticky compare and non-finite flag, with the same rules and messages as the native kernel."""
+    with _lock:
+        state = _checks.setdefault(site_id, CheckState())
+    expected = hand.expected
+    if expected is not None and not state.failed:
+        message = compare_message(x.detach().cpu(), expected, hand, call)
+        if message:
+            state.failed, state.message = True, message
+    if hand.check_finite and (stats.nan or stats.inf) and not state.nonfinite:
+        state.nonfinite = True
+        state.message = state.message or f"call {call}: {stats.nan} NaN, {stats.inf} Inf"
+
+
+def compare_message(x: torch.Tensor, expected: torch.Tensor, hand: HandConfig, call: int) -> str:
+    """'' when `x` matches `expected` (torch.isclose rules in float64), else what differs."""
+    if tuple(x.shape) != tuple(expected.shape):
+        return f"call {call}: shape {tuple(x.shape)} does not match the expected shape {tuple(expected.shape)}"
+    if x.dtype != expected.dtype:
+        name = lambda d: str(d).replace("torch.", "")  # noqa: E731
+        return f"call {call}: dtype {name(x.dtype)} does not match the expected dtype {name(expected.dtype)}"
+    a, e = x.reshape(-1).double(), expected.reshape(-1).double()
+    close = torch.isclose(a, e, rtol=hand.rtol, atol=hand.atol, equal_nan=hand.equal_nan)
+    bad = (~close).nonzero().flatten()
+    if bad.numel() == 0:
+        return ""
+    diffs = (a[bad] - e[bad]).abs()
+    diffs = diffs[~torch.isnan(diffs)]
+    maxd = float(diffs.max()) if diffs.numel() else math.nan
+    i = int(bad[0])
+    return (f"call {call}: {bad.numel()} of {a.numel()} values differ beyond rtol={hand.rtol:.6g}, "
+            f"atol={hand.atol:.6g} (max abs diff {maxd:.6g}; first at flat index {i}: "
+            f"got {float(a[i]):.6g}, expected {float(e[i]):.6g})")
+
+
+def _nonfinite(site: Site, nan: int, inf: int, x: torch.Tensor, call: int) -> None:
+    what = ", ".join(p for p in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "") if p)
+    kind = "gradient of" if site.kind == "grad" else "output of"
+    message = (f"{what} in the {kind} {site.target} (node {site.node}"
+               f"{', module ' + site.module if site.module else ''}) at {site.source or '<unknown line>'}"
+               f"{': ' + site.source_text if site.source_text else ''}  [graph {site.graph}, call {call}]")
+    mode = site.nan_mode or "raise"
+    if mode == "warn":
+        warnings.warn("dynstep: " + message, RuntimeWarning, stacklevel=2)
+        return
+    if mode == "stop" and _stopper is not None:
+        _stopper.nonfinite(x, site, message)
+        return
+    raise NonFiniteError(message, node=site.node, target=site.target, source=site.source,
+                         module=site.module, graph=site.graph, nan=nan, inf=inf)
+
+
+def _where(site: Site) -> str:
+    return f"{site.node} ({site.source or site.graph})"
+
+
+def _warn_once(site: Site, key: str, message: str) -> None:
+    with _lock:
+        if (site.id, key) in _warned:
+            return
+        _warned.add((site.id, key))
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def next_seq() -> int:
+    native = _native
+    return int(native.next_seq()) if native is not None else next(_seq)
+
+
+def set_native(module: ModuleType) -> None:
+    """The native extension's sequence numbers order hits across Python and native (rings.py)."""
+    global _native
+    _native = module
+
+
+def set_sink(site_id: int, sink: RecordSink) -> None:
+    _sinks[site_id] = sink
+
+
+def close(site_id: int) -> None:
+    """Later hits of this site do nothing (rings.close_site also stops its native side)."""
+    _closed.add(site_id)
+    _sinks.pop(site_id, None)
+
+
+def is_closed(site_id: int) -> bool:
+    return site_id in _closed
+
+
+def calls(site_id: int) -> int:
+    """Hits the Python kernel counted for this site."""
+    return _calls[site_id]
+
+
+def check_state(site_id: int) -> CheckState:
+    return _checks.get(site_id, CheckState())
+
+
+def reset_check(site_id: int) -> None:
+    _checks.pop(site_id, None)

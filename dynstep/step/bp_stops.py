@@ -1,0 +1,94 @@
+"""Where `dynstep.breakpoint()`'s two stops go: the compile-time stop and the runtime stop.
+
+Compile-time stops are answered by the same front end as runtime stops (the scripted commands'
+shared queue, the terminal REPL, pdb, an editor), with their own commands
+(`dynstep.step.compile_stop`). Runtime stops go into the runtime stepper, so `p`, `set`, `s`, `c`,
+`w` work there. When no stepper configuration exists yet (plain `torch.compile`, no superstep),
+it is read from DYNSTEP_FRONTEND / DYNSTEP_COMMANDS or `dynstep.configure(...)`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import torch
+
+from ..core.events import CompileViewShown, emit
+from ..core.sites import SITES, Site
+from .compile_stop import CompileStop, CompileStopCommands
+from .stepper import STEPPER
+
+COMPILE_PROMPT = "(dynstep compile) "
+_sites: dict[tuple[int, str], Site] = {}
+_lock = threading.Lock()
+
+
+def configure(*, frontend: str | None = None, commands: str | None = None, step: bool = False) -> None:
+    """Choose the front end for breakpoints and pauses: ``dynstep.configure(commands="locals; c; p h; c")``."""
+    STEPPER.configure(frontend=frontend, commands=commands, step=step)
+
+
+def _stepper():
+    if STEPPER.config is None:
+        STEPPER.configure(frontend=os.environ.get("DYNSTEP_FRONTEND") or None,
+                          commands=os.environ.get("DYNSTEP_COMMANDS") or None, step=False)
+    return STEPPER
+
+
+def present_compile_stop(stop: CompileStop, fakes: dict[str, Any]) -> None:
+    stepper = _stepper()
+    frontend = stepper.active_frontend()
+    if frontend is None:
+        return
+    cmds = CompileStopCommands(stop, fakes)
+    emit(CompileViewShown(cmds.header()))
+    read = getattr(frontend, "read", None)
+    if read is None:   # pdb and other debuggers: a frame holding the fake locals
+        _debugger_frame(stop, fakes)
+        return
+    while True:
+        line = read(COMPILE_PROMPT)
+        if line is None:
+            stepper.detach("dynstep: no more commands at the compile-time stop; continuing to the end")
+            return
+        if cmds.execute(line):
+            return
+
+
+def _debugger_frame(stop: CompileStop, fakes: dict[str, Any]) -> None:
+    frame_locals = {**fakes, "stop": stop, "graph": stop.graph, "guards": stop.guards, "locals_": stop.locals}
+    exec(compile("__import__('sys').breakpointhook()", f"<dynstep compile-time stop {stop.location}>", "exec"),
+         {"__builtins__": __builtins__}, frame_locals)
+
+
+def runtime_stop(bp: Any, values: dict[str, torch.Tensor], *, writable_names: set[str]) -> None:
+    """Stop in the runtime stepper at a breakpoint's line, with its real tensor locals."""
+    stepper = _stepper()
+    if stepper.detached:
+        return
+    site = _site_for(bp, values)
+    stepper.hits[site.id] += 1
+    value = values[site.user_name] if site.user_name else torch.empty(0)
+    inputs = {k: v for k, v in values.items() if k != site.user_name}
+    stepper.stop(value, site, inputs, reason="breakpoint", writable=site.user_name in writable_names,
+                 writable_inputs=frozenset(writable_names))
+
+
+def _site_for(bp: Any, values: dict[str, torch.Tensor]) -> Site:
+    key = (bp.id, bp.compile_id) if bp.id else (0, f"{bp.file}:{bp.line}")
+    with _lock:
+        site = _sites.get(key)
+        if site is None:
+            where = f"{os.path.basename(bp.file)}:{bp.line}"
+            suffix = f"#{bp.occurrence}" if bp.occurrence else ""
+            graph = f"{bp.function}[{bp.compile_id}]" if bp.compile_id != "eager" else f"{bp.function} (eager)"
+            shown = next(reversed(values), "")   # the last local assigned: what `value` is bound to
+            site = SITES.add(kind="pause", probe="breakpoint", node=f"breakpoint@{bp.line}{suffix}",
+                             target="dynstep.breakpoint", module="", source=where, source_text=bp.code,
+                             graph=graph, actions=("breakpoint",), capacity=1,
+                             inputs=tuple(n for n in values if n != shown), user_name=shown,
+                             frames=(f"{bp.file}:{bp.line}",))
+            _sites[key] = site
+    return site

@@ -1,0 +1,215 @@
+"""The runtime stepper's commands at a stop: methods ``cmd_<name>`` (docstring = help).
+
+Mixed into `dynstep.step.stepper.Stepper`, whose state (`current`, `mode`, `breakpoints`, ...)
+they use; dispatched by `dynstep.core.commands.CommandSet`. Each emits events and returns True
+when it resumes the program.
+
+    STEPPER.execute("p value.mean()")      # at a stop: emits Evaluated(...)
+    STEPPER.execute("set value = value * 0")
+"""
+
+from __future__ import annotations
+
+import linecache
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..core.commands import CommandSet
+from ..core.errors import Abort, SelectorError
+from ..core.events import Evaluated, GraphShown, Info, Resumed, WhereShown, emit
+from ..core.records import Snapshot
+from ..core.sites import SITES
+from ..graph import selectors as sel
+from ..probe.sessions import deliver
+from ..probe.stats import stats_of
+from .graphs import GRAPHS, break_sites
+from .values import tensor_view, value_text
+
+if TYPE_CHECKING:
+    from .stepper import Stop
+
+ALIASES = {"c": "continue", "cont": "continue", "s": "step", "n": "next", "p": "print", "w": "where",
+           "g": "graph", "b": "break", "cl": "clear", "q": "quit", "exit": "quit", "h": "help", "?": "help"}
+
+
+class StepperCommands(CommandSet):
+    aliases = ALIASES
+    without_stop = frozenset({"help", "break", "clear", "watch"})
+    current: "Stop | None"
+    mode: str
+    next_graph: str
+    breakpoints: dict[str, set[int]]
+    break_ids: set[int]
+    disabled: set[str]
+    watches: list[str]
+    user_vars: dict[str, Any]
+
+    def at_stop(self) -> bool:
+        return self.current is not None
+
+    def namespace(self) -> dict[str, Any]:
+        stop = self.current
+        ns: dict[str, Any] = {"torch": torch, **self.user_vars}
+        if stop is not None:
+            ns.update(stop.inputs)
+            ns.update({n: stop.value for n in stop.names()})
+        return ns
+
+    def evaluate(self, expr: str) -> Any:
+        if not expr:
+            raise ValueError("an expression is needed, e.g. p value[0, :4]")
+        return eval(compile(expr, "<dynstep>", "eval"), {"__builtins__": __builtins__}, self.namespace())
+
+    def cmd_continue(self, arg: str) -> bool:
+        """continue, c: run on; stop again at the next pause selector or breakpoint hit."""
+        self.mode = "run"
+        emit(Resumed("continue"))
+        return True
+
+    def cmd_step(self, arg: str) -> bool:
+        """step, s: run the next node, whatever it is (into the next graph after a graph break)."""
+        self.mode = "step"
+        emit(Resumed("step"))
+        return True
+
+    def cmd_next(self, arg: str) -> bool:
+        """next, n: run to the next pause-selected node of this graph (or the first node of another graph)."""
+        assert self.current is not None
+        self.mode, self.next_graph = "next", self.current.site.graph
+        emit(Resumed("next"))
+        return True
+
+    def cmd_print(self, arg: str) -> None:
+        """print, p EXPR: evaluate EXPR; `value`, the node's FX name and its inputs' names are bound."""
+        result = self.evaluate(arg)
+        emit(Evaluated(arg, value_text(result), tensor_view(result) if isinstance(result, torch.Tensor) else None))
+
+    def cmd_set(self, arg: str) -> None:
+        """set NAME = EXPR: set value = EXPR replaces the value here; every later node sees it."""
+        stop = self.current
+        assert stop is not None
+        name, eq, expr = arg.partition("=")
+        name = name.strip()
+        if not eq or not name.isidentifier() or not expr.strip():
+            raise ValueError("usage: set NAME = EXPR   (set value = value.clamp(-1, 1))")
+        result = self.evaluate(expr.strip())
+        if name in stop.names():
+            self.write_value(stop, result)
+            emit(Info(f"{stop.site.node} ({', '.join(stop.names())}) replaced; later nodes see the new value"))
+        elif name in stop.writable_inputs:
+            self.write_tensor(stop.inputs[name], result, name)
+            emit(Info(f"{name} replaced in place; the rest of the program sees the new value"))
+        elif name in stop.inputs:
+            raise ValueError(f"{name!r} is an input of {stop.site.node} and was already used; set it at its own "
+                             f"stop (break node:{name}) or set value = ... here")
+        else:
+            self.user_vars[name] = result
+            emit(Info(f"{name} bound for later commands"))
+
+    def write_value(self, stop: Stop, result: Any) -> None:
+        if not stop.writable:
+            raise ValueError(f"this stop ({stop.reason}) only observes {stop.site.node}; its value is read-only")
+        self.write_tensor(stop.value, result, stop.site.node)
+
+    def write_tensor(self, x: torch.Tensor, result: Any, label: str) -> None:
+        new = torch.as_tensor(result, dtype=x.dtype, device=x.device)
+        try:
+            torch.broadcast_shapes(new.shape, x.shape)
+        except RuntimeError:
+            raise ValueError(f"cannot write a value of shape {list(new.shape)} into {label} of shape "
+                             f"{list(x.shape)}; the compiled graph was built for that shape") from None
+        if tuple(torch.broadcast_shapes(new.shape, x.shape)) != tuple(x.shape):
+            raise ValueError(f"a value of shape {list(new.shape)} does not fit {list(x.shape)}")
+        with torch.no_grad():
+            x.copy_(new)
+
+    def cmd_where(self, arg: str) -> None:
+        """where, w: the user's source around this node, its module path, and the Python stack."""
+        stop = self.current
+        assert stop is not None
+        site = stop.site
+        file, _, line = site.frames[-1].rpartition(":") if site.frames else ("", "", "0")
+        lineno = int(line or 0)
+        lines = tuple((i, linecache.getline(file, i).rstrip("\n")) for i in range(max(1, lineno - 3), lineno + 4)
+                      if file and linecache.getline(file, i))
+        emit(WhereShown(file=file, line=lineno, lines=lines, module=site.module, node=site.node,
+                        target=site.target, stack=stop.stack))
+
+    def cmd_graph(self, arg: str) -> None:
+        """graph, g: the listing of this graph, the current node marked."""
+        stop = self.current
+        assert stop is not None
+        entry = GRAPHS.get(stop.site.graph)
+        if entry is None:
+            raise ValueError(f"no listing for graph {stop.site.graph} (a probe stop outside a stepped graph)")
+        emit(GraphShown(entry.graph_id, entry.rows, stop.site.node))
+
+    def cmd_break(self, arg: str) -> None:
+        """break, b SEL: also stop at the nodes a selector picks (b alone lists breakpoints)."""
+        if not arg:
+            listing = ", ".join(f"{t} ({len(ids)} node(s))" for t, ids in self.breakpoints.items()) or "none"
+            emit(Info(f"breakpoints: {listing}"))
+            return
+        try:
+            selector = sel.parse(arg)
+        except SelectorError as exc:
+            raise ValueError(str(exc)) from None
+        ids = break_sites(selector)
+        self.breakpoints[selector.text] = ids
+        self.break_ids |= ids
+        self.disabled.discard(selector.text)
+        if not ids:
+            emit(Info(f"breakpoint {selector.text} matches no stop point yet; only graphs with stop points "
+                      "(a pause selector, or step=True) can stop"))
+        else:
+            emit(Info(f"breakpoint {selector.text}: {len(ids)} node(s)"))
+
+    def cmd_clear(self, arg: str) -> None:
+        """clear, cl [SEL]: remove a breakpoint or pause selector (all of them without SEL)."""
+        pauses = {s.probe for s in SITES.all() if s.kind == "pause" and s.probe}
+        names = [arg] if arg else list(self.breakpoints) + sorted(pauses)
+        known = set(self.breakpoints) | pauses
+        if arg and arg not in known:
+            raise ValueError(f"no breakpoint or pause selector {arg!r}; set: {sorted(known) or 'none'}")
+        for text in names:
+            self.breakpoints.pop(text, None)
+            if text in pauses:
+                self.disabled.add(text)
+        self.break_ids = set().union(*self.breakpoints.values()) if self.breakpoints else set()
+        emit(Info(f"cleared: {', '.join(names) or 'nothing'}"))
+
+    def cmd_watch(self, arg: str) -> None:
+        """watch EXPR: show EXPR at every stop (watch alone lists them)."""
+        if arg:
+            self.watches.append(arg)
+        for w in self.watches:
+            emit(Evaluated(w, self._watch_text(w), None))
+        if not self.watches:
+            emit(Info("no watches"))
+
+    def _watch_text(self, expr: str) -> str:
+        try:
+            return value_text(self.evaluate(expr))
+        except Exception as exc:
+            return f"<{type(exc).__name__}: {exc}>"
+
+    def cmd_record(self, arg: str) -> None:
+        """record: put a copy of the value at this stop into the session (dynstep.session())."""
+        stop = self.current
+        assert stop is not None
+        x, site = stop.value, stop.site
+        deliver(Snapshot(kind="value", probe=site.probe or "record", node=site.node, target=site.target,
+                         module=site.module, source=site.source, graph=site.graph, call=stop.call,
+                         shape=tuple(x.shape), dtype=str(x.dtype).replace("torch.", ""), device=str(x.device),
+                         stats=stats_of(x), tensor=x.detach().to("cpu", copy=True), site=site.id,
+                         source_text=site.source_text))
+        emit(Info(f"recorded {site.node} (call {stop.call}) into the session"))
+
+    def cmd_quit(self, arg: str) -> None:
+        """quit, q: stop the program here with dynstep.Abort."""
+        stop = self.current
+        assert stop is not None
+        self.mode = "run"
+        raise Abort(f"quit at node {stop.site.node} ({stop.site.target}) in graph {stop.site.graph}, "
+                    f"{stop.site.source or 'no source line'}: program stopped from the debugger")

@@ -1,0 +1,199 @@
+"""The stepper: what happens when a `dynstep::pause` op runs, and the state between stops.
+
+The engine never prints. At a stop it emits a `Stopped` event and hands control to a front end
+(whatever the composition root installed: terminal REPL, scripted commands, pdb, an editor),
+which feeds command lines back to `Stepper.execute`. The commands are in
+`dynstep.step.commands` (``cmd_<name>``, docstring = help; aliases ``s``, ``p``, ``cl``).
+
+    STEPPER.execute("p value.mean()")      # at a stop: emits Evaluated(...)
+    STEPPER.execute("s")                   # True: resume, stop after the next node
+
+Modes between stops: ``run`` (stop only at pause sites and breakpoints), ``step`` (stop at the
+next stop point of any graph), ``next`` (stop at the next pause site of the current graph, or at
+the first stop point of another graph).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from typing import Any
+
+import torch
+
+from ..core import commands as commandset
+from ..core import wiring
+from ..core.events import Info, Stopped, emit
+from ..core.sites import SITES, Site
+from ..core.wiring import Frontend
+from .commands import StepperCommands
+from .values import tensor_view, user_stack
+
+
+@dataclasses.dataclass
+class Stop:
+    """The stop in progress: the live tensor (the op's own buffer) and what surrounds it."""
+
+    site: Site
+    value: torch.Tensor
+    inputs: dict[str, torch.Tensor]
+    reason: str
+    call: int
+    writable: bool
+    stack: tuple[str, ...]
+    note: str = ""
+    writable_inputs: frozenset[str] = frozenset()   # inputs `set NAME = ...` may overwrite (breakpoints)
+
+    def names(self) -> tuple[str, ...]:
+        """Every name bound to the stopped value itself."""
+        return tuple(dict.fromkeys(n for n in ("value", self.site.node, self.site.user_name) if n))
+
+
+class Stepper(StepperCommands):
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget front end, breakpoints, watches and mode (tests; a new `dynstep run`)."""
+        self.mode = "run"
+        self.next_graph = ""
+        self.detached = False
+        self.frontend: Frontend | None = None
+        self.config: tuple[str | None, str | None, bool] | None = None
+        self.breakpoints: dict[str, set[int]] = {}
+        self.break_ids: set[int] = set()
+        self.disabled: set[str] = set()
+        self.watches: list[str] = []
+        self.user_vars: dict[str, Any] = {}
+        self.hits: collections.Counter[int] = collections.Counter()
+        self.current: Stop | None = None
+        self.nan_stopped = False
+
+    def configure(self, *, frontend: str | None, commands: str | None, step: bool) -> None:
+        """Called by the pause pass; a new front-end configuration starts a new script."""
+        key = (frontend, commands, step)
+        if key == self.config:
+            return
+        self.config, self.frontend, self.detached = key, None, False
+        if step:
+            self.mode = "step"
+
+    def detach(self, why: str) -> None:
+        """No front end can answer (script ran out, no terminal): run to the end without stopping."""
+        self.detached = True
+        self.mode = "run"
+        emit(Info(why))
+
+    # -- run time -----------------------------------------------------------------------------
+
+    def may_stop(self, site_ids: frozenset[int], pauses: dict[int, str]) -> bool:
+        """Could a call of a graph with these stop points stop anywhere in it? (see graphs.TwoVariants)"""
+        if self.detached:
+            return False
+        if self.mode != "run" or not self.break_ids.isdisjoint(site_ids):
+            return True
+        return any(probe not in self.disabled for probe in pauses.values())
+
+    def reason_to_stop(self, site_id: int, site: Site) -> str | None:
+        if site.actions == ("pause",) and site.probe not in self.disabled:
+            return "pause"
+        if site_id in self.break_ids:
+            return "break"
+        if self.mode == "step":
+            return "step"
+        if self.mode == "next" and site.graph != self.next_graph:
+            return "step"
+        return None
+
+    def stop(self, x: torch.Tensor, site: Site, inputs: dict[str, torch.Tensor], *, reason: str,
+             writable: bool, note: str = "", writable_inputs: frozenset[str] = frozenset()) -> None:
+        with self._lock:
+            stop = Stop(site=site, value=x, inputs=inputs, reason=reason, call=self.hits[site.id] - 1,
+                        writable=writable, stack=user_stack(), note=note, writable_inputs=writable_inputs)
+            frontend = self._frontend()
+            if frontend is None:
+                if note:
+                    emit(Info("dynstep: " + note))
+                return
+            self.mode = "run"
+            self.current = stop
+            try:
+                emit(Stopped(reason=reason, site=site, call=stop.call, tensor=tensor_view(x),
+                             watches=tuple((w, self._watch_text(w)) for w in self.watches),
+                             writable=writable, note=note))
+                frontend.run(self, stop)
+            finally:
+                self.current = None
+
+    def active_frontend(self) -> Frontend | None:
+        """The front end that answers stops now (None: detached, nothing can answer)."""
+        return self._frontend()
+
+    def _frontend(self) -> Frontend | None:
+        if self.detached:
+            return None
+        if self.frontend is None:
+            kind, commands, _ = self.config or (None, None, False)
+            self.frontend = wiring.make_frontend(kind, commands)
+            if self.frontend is None:
+                self.detach("dynstep: stdin is not a terminal and no commands were given "
+                            "(commands= option, --commands, DYNSTEP_COMMANDS); not stopping, running to the end")
+        return self.frontend
+
+def command_names() -> list[str]:
+    return commandset.names(Stepper)
+
+
+STEPPER = Stepper()
+
+
+def on_pause(x: torch.Tensor, site_id: int, inputs: list[torch.Tensor]) -> None:
+    """The kernel behind `dynstep::pause`: a dict lookup and a return unless the stepper stops."""
+    stepper = STEPPER
+    if stepper.detached:
+        return
+    site = SITES.get(site_id)
+    stepper.hits[site_id] += 1
+    reason = stepper.reason_to_stop(site_id, site)
+    if reason is None:
+        return
+    names = dict(zip(site.inputs, inputs))
+    stepper.stop(x, site, names, reason=reason, writable=True)
+
+
+def on_grad_pause(g: torch.Tensor, site: Site) -> None:
+    """A pause selector's node, in the backward graph: stop at the gradient flowing into it.
+
+    Read-only: the backward graph is compiled after partitioning, where dynstep cannot make the
+    compiler keep an in-place write (pytorch#172248 keeps effectful ops out of the joint graph).
+    """
+    stepper = STEPPER
+    if stepper.detached:
+        return
+    stepper.hits[site.id] += 1
+    reason = stepper.reason_to_stop(site.id, site)
+    if reason is None:
+        return
+    stepper.stop(g, site, {}, reason=reason, writable=False,
+                 note=f"gradient flowing into {site.node} (backward graph, read-only)")
+
+
+def stop_nonfinite(x: torch.Tensor, site: Site, message: str) -> None:
+    """`nan="stop"`: stop at the probe that saw the first NaN/Inf (the value is read-only there)."""
+    STEPPER.hits[site.id] += 1
+    if STEPPER.nan_stopped:   # every later value is non-finite too: stop at the first one only
+        return
+    STEPPER.nan_stopped = True
+    STEPPER.stop(x, site, {}, reason="nan", writable=False, note=message)
+
+
+class _Stopper:
+    """What the probe runtime calls for gradient pauses and nan="stop" (connected by step.kernel)."""
+
+    grad_pause = staticmethod(on_grad_pause)
+    nonfinite = staticmethod(stop_nonfinite)
+
+
+STOPPER = _Stopper()
