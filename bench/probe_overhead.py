@@ -14,7 +14,7 @@ Parts (one torch thread throughout; timings are medians of interleaved rounds):
           returned as outputs (what materialising them costs); for three ways of running the probe, each in its own process with
           its own unprobed baseline: the Python kernel (DYNSTEP_NATIVE=0), the native kernel
           called as Inductor writes extern ops (DYNSTEP_FAST_PROBE=0), and the native kernel
-          called directly from Inductor's wrapper (the default, dynstep/fastpath.py).
+          called directly from Inductor's wrapper (the default, dynstep/probe/fastpath.py).
   record  one record hit on 16 Mi float32 against `dst.copy_(x)` of the same bytes.
   calls   where an eager probe call's time goes: torch.ops (Python -> dispatcher) vs the direct
           entry, with no action and with summary, against a Python no-op call.

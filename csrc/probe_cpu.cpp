@@ -1,12 +1,12 @@
 // Native CPU kernel for dynstep::probe(Tensor x, int site) -> () and the small pybind11 surface
 // Python uses to configure sites and drain rings (typed in dynstep/_native_ext.pyi).
 //
-// The op schema and its Python kernel live in dynstep/ops.py; this file only adds a CPU kernel
+// The op schema lives in dynstep/ops/schema.py and its Python kernel in dynstep/probe/runtime.py; this file only adds a CPU kernel
 // that takes precedence over the CompositeExplicitAutograd Python kernel.
 //
 // The hot path never enters Python: it computes the stats in one pass, writes them (and for
 // `record` a copy of the data) into the site's preallocated ring, and updates the sticky compare
-// and non-finite flags. Python drains rings lazily (dynstep/runtime.py: drain_native) when a
+// and non-finite flags. Python drains rings lazily (dynstep/probe/rings.py: drain_native) when a
 // session or TensorProbe is read. Python is entered from the kernel only when an action needs it:
 // print (every `every`-th hit), a non-finite value with the `nan` action, a site flagged
 // kPythonHit, or a site/dtype the native side does not know (full Python fallback).
@@ -174,7 +174,7 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
   if (python_hit) call_python(g_on_hit, x, site, call, st);
 }
 
-// ---- the direct call Inductor's Python wrapper makes (dynstep/fastpath.py) ------------------
+// ---- the direct call Inductor's Python wrapper makes (dynstep/probe/fastpath.py) ------------------
 //
 // `torch.ops.dynstep.probe.default(buf, site)` from Python parses its arguments against the
 // schema, boxes them, computes the dispatch key set and releases the GIL: about 1.5 µs here
@@ -402,7 +402,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_memory_cap", [](int64_t bytes) { Registry::get().set_cap(bytes); });
   m.def("memory", []() { return py::make_tuple(Registry::get().held(), Registry::get().cap()); });
   m.def("stats_of", &stats_of);
-  // __module__ set, so torch.fx can name it when a graph calls it (dynstep.passes.direct_probe_calls)
+  // __module__ set, so torch.fx can name it when a graph calls it (dynstep.backends.probe_pass.direct_probe_calls)
   m.add_object("probe", py::reinterpret_steal<py::object>(
                             PyCFunction_NewEx(&g_probe_def, nullptr, m.attr("__name__").ptr())));
   m.attr("ACTION_BITS") = py::dict(

@@ -20,7 +20,7 @@
 
 namespace dynstep {
 
-// Bit values mirror dynstep/native.py: ACTION_BITS.
+// Bit values are ACTION_BITS of the extension (dynstep/_native_ext.pyi; used by dynstep/probe/rings.py).
 enum ActionBit : int64_t {
   kSummary = 1,
   kRecord = 2,
@@ -33,7 +33,7 @@ enum ActionBit : int64_t {
   kNonFiniteFlag = 256,  // set a sticky flag on non-finite values (TensorProbe.assert_ok)
 };
 
-// Summary of one tensor, with the same rules as dynstep/stats.py: min/max/mean/std/absmax over
+// Summary of one tensor, with the same rules as dynstep/probe/stats.py: min/max/mean/std/absmax over
 // finite values, NaN when no finite value, std NaN for a single value.
 struct Stats {
   double min = NAN, max = NAN, mean = NAN, std = NAN, absmax = NAN;

@@ -1,4 +1,4 @@
-"""Types of the native extension `dynstep_native` (csrc/probe_cpu.cpp), loaded by dynstep.native.
+"""Types of the native extension `dynstep_native` (csrc/probe_cpu.cpp), loaded by dynstep.ops.native.
 
 Importing the module registers the CPU (and, in a CUDA build, CUDA) kernel of dynstep::probe.
 """

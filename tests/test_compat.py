@@ -1,4 +1,4 @@
-"""Every private torch API in dynstep/_compat.py exists on the installed torch (an upgrade breaks here)."""
+"""Every private torch API in dynstep/_compat/ exists on the installed torch (an upgrade breaks here)."""
 
 import torch
 
@@ -26,7 +26,7 @@ def test_mode_config_matches_torch():
 
 
 def test_dynamo_features_breakpoint_relies_on():
-    """One assertion per private Dynamo feature dynstep.breakpoint() uses (see dynstep/_compat.py)."""
+    """One assertion per private Dynamo feature dynstep.breakpoint() uses (see dynstep/_compat/dynamo.py)."""
     seen = {}
 
     def hook(ctx):

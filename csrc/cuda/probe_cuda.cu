@@ -239,6 +239,27 @@ static Stats finish(const DevAcc& d, double shift) {
 
 static Stats finish(const HostStats& h) { return finish(h.acc, h.shift); }
 
+// The one dtype dispatch of this file (the CPU side uses AT_DISPATCH): calls f(Tag<T>{}) with the C++
+// type stored for `dtype`, or fallback() for a dtype the probe does not handle.
+template <typename T> struct Tag { using type = T; };
+
+template <typename F, typename Fallback>
+static auto dispatch_dtype(int dtype, F&& f, Fallback&& fallback) {
+  switch (dtype) {
+    case kDouble: return f(Tag<double>{});
+    case kFloat: return f(Tag<float>{});
+    case kHalf: return f(Tag<__half>{});
+    case kBFloat16: return f(Tag<__nv_bfloat16>{});
+    case kLong: return f(Tag<long long>{});
+    case kInt: return f(Tag<int>{});
+    case kShort: return f(Tag<short>{});
+    case kChar: return f(Tag<signed char>{});
+    case kByte: return f(Tag<unsigned char>{});
+    case kBool: return f(Tag<bool>{});
+    default: return fallback();
+  }
+}
+
 // Host stats over the pinned copy, for the full-copy mode (what a copy-everything probe does).
 template <typename T> double host_double(T v) { return static_cast<double>(v); }
 template <> double host_double<__half>(__half v) { return static_cast<double>(__half2float(v)); }
@@ -256,19 +277,9 @@ static Stats host_stats_typed(const void* data, int64_t n) {
 
 static Stats host_stats(const Payload& p) {
   if (p.numel == 0) return Stats{};
-  switch (p.dtype) {
-    case kDouble: return host_stats_typed<double>(p.h_copy, p.numel);
-    case kFloat: return host_stats_typed<float>(p.h_copy, p.numel);
-    case kHalf: return host_stats_typed<__half>(p.h_copy, p.numel);
-    case kBFloat16: return host_stats_typed<__nv_bfloat16>(p.h_copy, p.numel);
-    case kLong: return host_stats_typed<long long>(p.h_copy, p.numel);
-    case kInt: return host_stats_typed<int>(p.h_copy, p.numel);
-    case kShort: return host_stats_typed<short>(p.h_copy, p.numel);
-    case kChar: return host_stats_typed<signed char>(p.h_copy, p.numel);
-    case kByte: return host_stats_typed<unsigned char>(p.h_copy, p.numel);
-    case kBool: return host_stats_typed<bool>(p.h_copy, p.numel);
-    default: return Stats{};
-  }
+  return dispatch_dtype(
+      p.dtype, [&](auto tag) { return host_stats_typed<typename decltype(tag)::type>(p.h_copy, p.numel); },
+      [] { return Stats{}; });
 }
 
 template <typename T>
@@ -291,19 +302,8 @@ static void host_compare(const Payload& p, SiteState& s, int64_t call) {
     s.compare_message = std::move(header);
     return;
   }
-  switch (p.dtype) {
-    case kDouble: return host_compare_typed<double>(p, s, call);
-    case kFloat: return host_compare_typed<float>(p, s, call);
-    case kHalf: return host_compare_typed<__half>(p, s, call);
-    case kBFloat16: return host_compare_typed<__nv_bfloat16>(p, s, call);
-    case kLong: return host_compare_typed<long long>(p, s, call);
-    case kInt: return host_compare_typed<int>(p, s, call);
-    case kShort: return host_compare_typed<short>(p, s, call);
-    case kChar: return host_compare_typed<signed char>(p, s, call);
-    case kByte: return host_compare_typed<unsigned char>(p, s, call);
-    case kBool: return host_compare_typed<bool>(p, s, call);
-    default: return;
-  }
+  dispatch_dtype(
+      p.dtype, [&](auto tag) { host_compare_typed<typename decltype(tag)::type>(p, s, call); }, [] {});
 }
 
 // Marks an eager hit done when the host callback returns: declared first, it is destroyed last,
@@ -373,19 +373,9 @@ static cudaError_t launch_stats(const Payload& p, const void* x, cudaStream_t st
 }
 
 static cudaError_t launch_stats_any(const Payload& p, const void* x, cudaStream_t stream) {
-  switch (p.dtype) {
-    case kDouble: return launch_stats<double>(p, x, stream);
-    case kFloat: return launch_stats<float>(p, x, stream);
-    case kHalf: return launch_stats<__half>(p, x, stream);
-    case kBFloat16: return launch_stats<__nv_bfloat16>(p, x, stream);
-    case kLong: return launch_stats<long long>(p, x, stream);
-    case kInt: return launch_stats<int>(p, x, stream);
-    case kShort: return launch_stats<short>(p, x, stream);
-    case kChar: return launch_stats<signed char>(p, x, stream);
-    case kByte: return launch_stats<unsigned char>(p, x, stream);
-    case kBool: return launch_stats<bool>(p, x, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return dispatch_dtype(
+      p.dtype, [&](auto tag) { return launch_stats<typename decltype(tag)::type>(p, x, stream); },
+      [] { return cudaErrorInvalidValue; });
 }
 
 // -- harvesting the stats-only rings ----------------------------------------------------------------

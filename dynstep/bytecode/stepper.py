@@ -147,7 +147,7 @@ class BytecodeStepper(Commands):
         if not ran_steps:
             STEPPER.mode = "run"
             return "step", ("the graph ran without stopping: it has no step points (it was compiled before "
-                            "step_bytecode() started; torch._dynamo.reset() or a recompile inside the context "
+                            "step_bytecode() started; torch.compiler.reset() or a recompile inside the context "
                             "gives it some)")
         if STEPPER.mode == "run":          # `c` inside the graph: keep running here too
             self.mode = "continue"

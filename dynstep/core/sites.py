@@ -18,7 +18,7 @@ from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class HandConfig:
-    """What a hand-placed probe (dynstep.probe_api.TensorProbe) adds to a site."""
+    """What a hand-placed probe (dynstep.probe.api.TensorProbe) adds to a site."""
 
     every: int = 1                   # print every n-th hit
     max_items: int = 8               # values shown per print
@@ -63,7 +63,7 @@ class SiteRegistry:
             site = Site(id=next(self._ids), **fields)
             self._sites[site.id] = site
             listeners = list(self._listeners)
-        for listener in listeners:  # the native registry mirrors every site (dynstep/runtime.py)
+        for listener in listeners:  # the native registry mirrors every site (dynstep/probe/rings.py)
             listener(site)
         return site
 

@@ -242,30 +242,35 @@ def _run(gm: torch.fx.GraphModule, inputs: Sequence[Any], *, fp64: bool, referen
             continue
         if node.op == "output":
             break
-        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
-        exact = True
-        if not fp64:
-            value = call_node(node, gm, args, kwargs, fp64=False)
-            reference.dtypes[node] = _dtypes(value)
-            if reference.nan_origin is None and nonfinite(value) and not nonfinite((args, kwargs)):
-                reference.nan_origin = (node, value)
-        else:
-            try:
-                value = call_node(node, gm, to_fp64(args), to_fp64(kwargs), fp64=True)
-            except (RuntimeError, TypeError, NotImplementedError):  # op without a float64 kernel
-                low_args, low_kwargs = torch.fx.node.map_arg(
-                    (node.args, node.kwargs), lambda a: _back(env[a], reference.dtypes.get(a)))
-                value, exact = to_fp64(call_node(node, gm, low_args, low_kwargs, fp64=False)), False
+        value, exact = _compute(node, gm, env, fp64, reference)
         env[node] = value
         step = Step(node, value if not fp64 else None, value if fp64 else None, exact)
         # drop every local reference, so a value dies at its last use and not one node later
-        del args, kwargs, value
+        del value
         yield step
         del step
         if node is reference.last:
             return
         for dead in last_use.get(node, ()):
             env.pop(dead, None)
+
+
+def _compute(node: torch.fx.Node, gm: torch.fx.GraphModule, env: dict[torch.fx.Node, Any], fp64: bool,
+             reference: Reference) -> tuple[Any, bool]:
+    """One node's value in this pass, and whether float64 was exact (False: computed in low precision)."""
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+    if not fp64:
+        value = call_node(node, gm, args, kwargs, fp64=False)
+        reference.dtypes[node] = _dtypes(value)
+        if reference.nan_origin is None and nonfinite(value) and not nonfinite((args, kwargs)):
+            reference.nan_origin = (node, value)
+        return value, True
+    try:
+        return call_node(node, gm, to_fp64(args), to_fp64(kwargs), fp64=True), True
+    except (RuntimeError, TypeError, NotImplementedError):  # op without a float64 kernel
+        low_args, low_kwargs = torch.fx.node.map_arg(
+            (node.args, node.kwargs), lambda a: _back(env[a], reference.dtypes.get(a)))
+        return to_fp64(call_node(node, gm, low_args, low_kwargs, fp64=False)), False
 
 
 def _dtypes(value: Any) -> Any:

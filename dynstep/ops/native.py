@@ -50,7 +50,7 @@ class NativeStatus:
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
-_status = NativeStatus(False, "not loaded yet (dynstep.native.load() runs on first probe use)")
+_status = NativeStatus(False, "not loaded yet (dynstep.ops.native.load() runs on first probe use)")
 _tried = False
 
 

@@ -145,7 +145,7 @@ class TensorProbe:
     # -- use ----------------------------------------------------------------------------------
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # Traced by Dynamo, these reads become guards: closing the probe or flipping
-        # dynstep.probes recompiles the caller's graph without the op (see dynstep/probes.py).
+        # dynstep.probes recompiles the caller's graph without the op (see dynstep/probe/switch.py).
         if self._site_id is not None and not self._closed and _switch.ENABLED:
             torch.ops.dynstep.probe(x, self._site_id)
         return x

@@ -1,6 +1,6 @@
 """`dynstep demo`: compile the bundled TinyGPT with superstep under Inductor, probe every block.
 
-Engine half only: returns what it saw; `dynstep.cli` renders it.
+Engine half only: returns what it saw; `dynstep.front.cli` renders it.
 
     result = run_demo(inner="inductor")
     result.snapshots, result.max_abs_vs_eager

@@ -210,7 +210,7 @@ def test_dynstep_run_step_bytecode_with_scripted_commands():
     import os
     import subprocess
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root, "NO_COLOR": "1", "COLUMNS": "160"}
     env.pop("DYNSTEP_COMMANDS", None)
     proc = subprocess.run([sys.executable, "-m", "dynstep", "run", "--step-bytecode", "--commands",

@@ -16,7 +16,7 @@ from dynstep import _compat  # noqa: E402
 pytestmark = pytest.mark.skipif(_compat.bytecode_hooks_missing() is not None,
                                 reason=str(_compat.bytecode_hooks_missing()))
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPT = re.escape("(dynstep) ")
 
 

@@ -13,7 +13,7 @@ import dynstep
 from dynstep import _compat
 from dynstep.probe import fastpath, kernel
 
-from .conftest import module_outputs_eager
+from ..conftest import module_outputs_eager
 
 kernel.ensure()   # the probe's kernels, the native one when it builds (what compiling with probes does)
 

@@ -10,7 +10,7 @@ import pytest
 
 pexpect = pytest.importorskip("pexpect")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPT = re.escape("(dynstep) ")
 
 

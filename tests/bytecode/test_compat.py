@@ -1,4 +1,4 @@
-"""Each private torch API the bytecode stepper relies on (dynstep/_compat.py) exists on the
+"""Each private torch API the bytecode stepper relies on (dynstep/_compat/) exists on the
 installed torch and behaves as the stepper assumes; an upgrade that changes one fails here."""
 
 from __future__ import annotations

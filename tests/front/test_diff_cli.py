@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SCRIPT = textwrap.dedent('''
     import torch
@@ -41,7 +41,7 @@ def _run(tmp_path, *args):
 
 def _files(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
-    (tmp_path / "bad.py").write_text(BACKEND.format(tests=os.path.join(ROOT, "tests")))
+    (tmp_path / "bad.py").write_text(BACKEND.format(tests=os.path.join(ROOT, "tests", "eagerdiff")))
 
 
 def test_cli_reports_the_divergent_line_and_exits_nonzero(tmp_path):

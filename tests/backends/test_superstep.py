@@ -12,7 +12,7 @@ import dynstep
 from dynstep import _compat
 from dynstep.core.events import ProbePrinted, use_sink
 
-from .conftest import module_outputs_eager
+from ..conftest import module_outputs_eager
 
 INNERS = ["eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.slow)]
 

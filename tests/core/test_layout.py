@@ -1,0 +1,180 @@
+"""The layout's rules, checked on the source (docs/architecture.md states them):
+
+1. no import cycle, no engine module importing a front end, rich only in front ends (the check
+   `python ../shared/tools/imports.py` makes, function-level imports counted);
+2. every private torch API (``torch._*``, ``torch.utils._*``) only in `dynstep._compat`;
+3. modules under 400 lines, functions under 40.
+
+A front end is a module with a part named front, cli, repl, console, frontends, show, html, runner,
+doctor, demo or __main__ in its dotted name.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"dynstep": ROOT / "dynstep", "dynstep.backends": ROOT / "backends"}
+FRONT_PARTS = {"front", "cli", "repl", "console", "frontends", "show", "html", "runner", "doctor", "demo", "__main__"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("").parts
+            parts = rel[:-1] if rel[-1] == "__init__" else rel
+            out[".".join((pkg, *parts))] = path
+    return out
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            lines |= {n.lineno for sub in node.body for n in ast.walk(sub) if hasattr(n, "lineno")}
+    return lines
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> tuple[set[str], bool]:
+    """Modules of the package `name` imports (anywhere in the file), and whether it imports rich."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _type_checking_lines(tree)
+    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found, uses_rich = set(), False
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = here.split(".")
+                base = ".".join(parts[:len(parts) - (node.level - 1)] + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for t in targets:
+            uses_rich |= t == "rich" or t.startswith("rich.")
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found, uses_rich
+
+
+def import_graph() -> tuple[dict[str, set[str]], set[str]]:
+    mods = modules()
+    graph, rich_users = {}, set()
+    for name, path in mods.items():
+        deps, uses_rich = imports_of(name, path, set(mods))
+        # importing a submodule runs its package's __init__ too, but that face alone is no design edge
+        graph[name] = {d for d in deps if not (mods[d].name == "__init__.py" and name.startswith(d + "."))}
+        if uses_rich:
+            rich_users.add(name)
+    return graph, rich_users
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def is_front(name: str) -> bool:
+    return bool(set(name.split(".")) & FRONT_PARTS)
+
+
+def test_no_import_cycles():
+    graph, _ = import_graph()
+    assert cycles(graph) == []
+
+
+def test_the_engine_never_imports_a_front_end_and_only_front_ends_use_rich():
+    graph, rich_users = import_graph()
+    leaks = [f"{a} -> {b}" for a, deps in graph.items() if not is_front(a) for b in deps if is_front(b)]
+    assert leaks == []
+    assert sorted(m for m in rich_users if not is_front(m)) == []
+
+
+def test_the_checks_find_what_they_look_for():
+    """The rules above would fail on a cycle or a leak (so they cannot pass vacuously)."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph, _ = import_graph()
+    assert len(graph) > 60 and graph["dynstep.front.cli"] and is_front("dynstep.front.cli")
+    assert "dynstep.core.events" in graph["dynstep.probe.runtime"]
+
+
+def _private_torch(tree: ast.AST) -> list[int]:
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and _private_path(node.module):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Import) and any(_private_path(a.name) for a in node.names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if _dotted(node.value).split(".")[0] == "torch":
+                lines.append(node.lineno)
+    return lines
+
+
+def _private_path(module: str) -> bool:
+    parts = module.split(".")
+    return parts[0] == "torch" and any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def test_private_torch_apis_only_in_compat():
+    offenders = {name: lines for name, path in modules().items() if not name.startswith("dynstep._compat")
+                 for lines in [_private_torch(ast.parse(path.read_text(encoding="utf-8")))] if lines}
+    assert offenders == {}
+    assert _private_torch(ast.parse("import torch._dynamo\nx = torch._C.foo\nfrom torch._guards import G"))
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_modules_and_functions_stay_small(name):
+    path = modules()[name]
+    text = path.read_text(encoding="utf-8")
+    assert text.count("\n") <= 400, f"{path} has {text.count(chr(10))} lines (rule: under 400)"
+    long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(ast.parse(text))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 40]
+    assert long == [], f"{path}: functions over 40 lines: {long}"
