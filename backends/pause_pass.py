@@ -22,6 +22,7 @@ import warnings
 import torch
 import torch.fx
 
+from dynstep import _compat
 from dynstep.core.options import Options
 from dynstep.core.records import GraphRow
 from dynstep.core.sites import SITES, Site
@@ -109,9 +110,8 @@ def _warn_unmatched(graph: torch.fx.Graph, chosen: list, matches: list, graph_id
     hit = {m.selector.text for m in matches}
     for s in chosen:
         if s.text not in hit:
-            near = ", ".join(sel.candidates(graph, s)) or "nothing"
-            warnings.warn(f"dynstep: pause selector {s.text!r} matched nothing in graph {graph_id} (no stop points "
-                          f"there); closest candidates: {near}", UserWarning, stacklevel=3)
+            warnings.warn(f"dynstep: in graph {graph_id} (no stop points there): "
+                          f"{sel.unmatched_message(graph, s, 'pause selector')}", UserWarning, stacklevel=3)
 
 
 def _add_site(node: torch.fx.Node, plan: PausePlan, selector: str | None, last_of_line: set) -> Site:
@@ -120,11 +120,12 @@ def _add_site(node: torch.fx.Node, plan: PausePlan, selector: str | None, last_o
     match = _ASSIGN.match(text)
     if match and node in last_of_line:
         user_name = match.group(1)
+    inputs = [a for a in node.all_input_nodes if isinstance(gi.example_value(a), torch.Tensor)]
     return SITES.add(kind="pause", probe=selector or "", node=node.name, target=gi.op_name(node),
                      module=gi.module_path(node), source=src, source_text=text, graph=plan.graph_id,
                      actions=("pause",) if selector else ("step",), capacity=1,
-                     inputs=tuple(a.name for a in node.all_input_nodes
-                                  if isinstance(gi.example_value(a), torch.Tensor)),
+                     inputs=tuple(a.name for a in inputs),
+                     input_names=tuple(_compat.input_local_name(a) if a.op == "placeholder" else "" for a in inputs),
                      user_name=user_name,
                      frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)))
 

@@ -59,15 +59,18 @@ def insert_probes(gm: torch.fx.GraphModule, plan: ProbePlan, *, aten_level: bool
     if matches or (plan.nan_mode and not aten_level):
         probe_kernel.ensure()
     _warn_unmatched(graph, selectors, matches, plan, aten_level)
+    checking = bool(plan.nan_mode) and not aten_level
+    chosen = _per_value(matches, plan.actions + (("nan",) if checking else ()))
+    if checking:   # `nan` checks every other value too (and, with grads=True, the gradient flowing into it)
+        for node in graph.nodes:
+            if gi.is_value_node(node) and node not in chosen:
+                chosen[node] = ("*", gi.module_path(node), gi.source(node)[0], ("nan",))
     sites: list[Site] = []
     cursor: dict[torch.fx.Node, torch.fx.Node] = {}
-    for m in matches:
-        sites += _probe_node(graph, m.node, m.selector.text, m.module, m.source, plan, plan.actions,
-                             cursor, grads=plan.grads and not aten_level)
-    if plan.nan_mode and not aten_level:
-        for node in [n for n in graph.nodes if gi.is_value_node(n)]:
-            sites += _probe_node(graph, node, "*", gi.module_path(node), gi.source(node)[0], plan, ("nan",),
-                                 cursor, grads=False)
+    order = _order(graph)
+    for node, (probe, module, source, actions) in sorted(chosen.items(), key=lambda kv: order(kv[0])):
+        sites += _probe_node(graph, node, probe, module, source, plan, actions, cursor,
+                             grads=plan.grads and not aten_level)
     if sites:
         graph.lint()
         gm.recompile()
@@ -80,7 +83,11 @@ def insert_grad_pauses(gm: torch.fx.GraphModule, selectors: list[sel.Selector], 
     graph = gm.graph
     sites = []
     probe_kernel.ensure()
+    seen: set[torch.fx.Node] = set()
     for m in sel.select(graph, [s for s in selectors if not s.aten_level], aten_level=False):
+        if m.node in seen:   # one stop per value, whichever selectors picked it
+            continue
+        seen.add(m.node)
         for index, value in gi.tensor_leaves(m.node):
             if index is not None or not getattr(value, "requires_grad", False):
                 continue
@@ -107,6 +114,16 @@ def _insert_tap(graph: torch.fx.Graph, node: torch.fx.Node, value_node: torch.fx
     tap.meta["example_value"] = value
     value_node.replace_all_uses_with(tap, delete_user_cb=lambda u: u is not tap and not gi.is_dynstep_node(u))
     return tap
+
+
+def _per_value(matches: list[sel.Match], actions: tuple[str, ...]) -> dict[torch.fx.Node, tuple]:
+    """One probe per value: a list of selectors is a union, so a node picked by several selectors is
+    probed once, its probe named by all of them ("op:layer_norm | line:model.py:33")."""
+    grouped: dict[torch.fx.Node, list[sel.Match]] = {}
+    for m in matches:
+        grouped.setdefault(m.node, []).append(m)
+    return {node: (" | ".join(dict.fromkeys(m.selector.text for m in ms)), ms[0].module, ms[0].source, actions)
+            for node, ms in grouped.items()}
 
 
 def _order(graph: torch.fx.Graph):
@@ -166,9 +183,8 @@ def _warn_unmatched(graph, selectors, matches, plan: ProbePlan, aten_level: bool
             continue
         if s.aten_level and not aten_level:
             continue
-        near = ", ".join(sel.candidates(graph, s)) or "nothing"
-        warnings.warn(f"dynstep: selector {s.text!r} matched nothing in graph {plan.graph_id}; "
-                      f"closest candidates: {near}", UserWarning, stacklevel=2)
+        warnings.warn(f"dynstep: in graph {plan.graph_id}: {sel.unmatched_message(graph, s, 'selector')}",
+                      UserWarning, stacklevel=2)
 
 
 def warn_aten_without_aot(plan: ProbePlan, inner: str) -> None:

@@ -16,14 +16,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch.fx
 
 from dynstep import _compat
+from dynstep.core.errors import OptionsError, SelectorError
 from dynstep.core.options import Options
 from dynstep.graph import info as gi
+from dynstep.graph import selectors as sel
 from dynstep.probe import switch
 
 from . import inner as inner_mod
@@ -32,9 +35,29 @@ from . import pause_pass, probe_pass
 
 def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                       options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable[..., Any]:
-    """The function torch.compile calls (``backend="superstep"``)."""
-    opts = Options.from_mapping(options, mode=mode)
-    return compile_graph(gm, example_inputs, opts)
+    """The function torch.compile calls (``backend="superstep"``).
+
+    torch.compile keeps `options` until the first call compiles, so that is where they are checked;
+    a bad option or selector reaches the caller as itself (OptionsError / SelectorError, both
+    ValueErrors), not wrapped in Dynamo's BackendCompilerFailed. `dynstep.superstep(**options)`
+    checks them when it is made.
+    """
+    try:
+        opts = checked(Options.from_mapping(options, mode=mode))
+        return compile_graph(gm, example_inputs, opts)
+    except (OptionsError, SelectorError) as exc:
+        raise _compat.through_dynamo(exc, inspect.currentframe()) from None
+
+
+def checked(opts: Options) -> Options:
+    """Options whose selectors parse (the grammar is in the error), or a SelectorError naming the option."""
+    for name in ("probe", "pause"):
+        for text in getattr(opts, name):
+            try:
+                sel.parse(text)
+            except SelectorError as exc:
+                raise SelectorError(f"superstep option {name!r} (or DYNSTEP_{name.upper()}): {exc}") from None
+    return opts
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
@@ -107,13 +130,16 @@ def _with_probes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: 
 
 
 def superstep(**options: Any) -> Callable[..., Any]:
-    """``dynstep.superstep(**options)``: the same backend as a callable, options bound."""
-    opts = Options.from_mapping(options)
+    """``dynstep.superstep(**options)``: the same backend as a callable, options bound (and checked now)."""
+    opts = checked(Options.from_mapping(options))
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
-        if kwargs.get("mode") and not opts.mode:
-            return compile_graph(gm, example_inputs, Options.from_mapping({**options, "mode": kwargs["mode"]}))
-        return compile_graph(gm, example_inputs, opts)
+        try:
+            if kwargs.get("mode") and not opts.mode:
+                return compile_graph(gm, example_inputs, Options.from_mapping({**options, "mode": kwargs["mode"]}))
+            return compile_graph(gm, example_inputs, opts)
+        except (OptionsError, SelectorError) as exc:
+            raise _compat.through_dynamo(exc, inspect.currentframe()) from None
 
     backend.__name__ = "superstep"
     return backend

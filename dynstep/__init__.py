@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "StorageError",
+    "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "SessionError", "StorageError",
     "Options", "Recording", "Session", "Snapshot", "Stats",
     "breakpoint", "configure", "default_session", "load", "session", "step_bytecode", "superstep",
     "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "CheckFailed", "drain_records",
@@ -34,12 +34,13 @@ __all__ = [
 
 _LAZY = {
     **{name: "dynstep.core.errors" for name in (
-        "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "StorageError", "CheckFailed")},
+        "Abort", "DynstepError", "NonFiniteError", "OptionsError", "SelectorError", "SessionError", "StorageError",
+        "CheckFailed")},
     "Options": "dynstep.core.options",
     "Snapshot": "dynstep.core.records", "Stats": "dynstep.core.records",
     "Session": "dynstep.probe.sessions", "session": "dynstep.probe.sessions",
     "default_session": "dynstep.probe.sessions",
-    "Recording": "dynstep.probe.storage", "load": "dynstep.probe.storage",
+    "Recording": "dynstep.probe.recording", "load": "dynstep.probe.recording",
     "set_record_memory_cap": "dynstep.probe.rings", "record_memory": "dynstep.probe.rings",
     **{name: "dynstep.probe.api" for name in (
         "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "drain_records",
@@ -62,7 +63,8 @@ _MODULES = {
 if TYPE_CHECKING:
     from .backends.superstep import superstep
     from .bytecode import step_bytecode
-    from .core.errors import Abort, CheckFailed, DynstepError, NonFiniteError, OptionsError, SelectorError, StorageError
+    from .core.errors import (Abort, CheckFailed, DynstepError, NonFiniteError, OptionsError, SelectorError,
+                              SessionError, StorageError)
     from .core.options import Options
     from .core.records import Snapshot, Stats
     from .eagerdiff import DiffReport, NodeDiff, diff
@@ -70,7 +72,7 @@ if TYPE_CHECKING:
                             TensorProbe, TensorRecord, drain_records)
     from .probe.rings import record_memory, set_record_memory_cap
     from .probe.sessions import Session, default_session, session
-    from .probe.storage import Recording, load
+    from .probe.recording import Recording, load
     from .step.bp_stops import configure
     from .step.breakpoints import breakpoint
 

@@ -168,6 +168,15 @@ def _guard_kind(guard: Any) -> str:
     return getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "") or "guard"
 
 
+def input_local_name(node: Any) -> str:
+    """The caller's local variable a graph input (placeholder) stands for, or "" (attributes, globals)."""
+    # torch/_dynamo/output_graph.py puts a GraphArg in each placeholder's meta["grapharg"]; its source
+    # is a LocalSource (torch/_dynamo/source.py: local_name) when the input is a local of the frame.
+    source = getattr(node.meta.get("grapharg"), "source", None)
+    name = getattr(source, "local_name", None) if type(source).__name__ == "LocalSource" else None
+    return name if isinstance(name, str) and name.isidentifier() else ""
+
+
 def shape_guards(tx: Any) -> list[str]:
     # torch/fx/experimental/symbolic_shapes.py: ShapeEnv.guards (ShapeGuard.expr)
     env = getattr(tx.output, "shape_env", None)
@@ -225,3 +234,33 @@ def guard_module_constant(module: str, attribute: str) -> bool:
         source = AttrSource(source, part)
     install_guard(source.make_guard(GuardBuilder.CONSTANT_MATCH))
     return True
+
+
+_THROUGH: dict[type, type] = {}
+
+
+def through_dynamo(exc: BaseException, frame: Any) -> BaseException:
+    """`exc` as an exception Dynamo hands to the user unchanged (same type to `except`, same message).
+
+    torch/_dynamo/output_graph.py (_call_user_compiler) wraps every exception a backend raises in
+    BackendCompilerFailed except ShortenTraceback (torch/_dynamo/exc.py), which convert_frame.py
+    re-raises and eval_frame.py trims to `first_useful_frame`; Dynamo appends its TORCHDYNAMO_VERBOSE
+    hint only to exceptions carrying `real_stack` (exc.py: augment_exc_message), which this type
+    refuses to keep. So a backend's own OptionsError reaches `except ValueError` in user code.
+    """
+    from torch._dynamo.exc import ShortenTraceback
+
+    base = type(exc)
+    cls = _THROUGH.get(base)
+    if cls is None:
+        cls = _THROUGH[base] = type(base.__name__, (base, ShortenTraceback), {
+            "__module__": base.__module__, "__qualname__": base.__qualname__,
+            "real_stack": property(_no_real_stack, lambda self, value: None)})
+    new = BaseException.__new__(cls, *exc.args)
+    new.__dict__.update(exc.__dict__)
+    new.first_useful_frame = frame
+    return new
+
+
+def _no_real_stack(self: Any) -> Any:
+    raise AttributeError("real_stack")

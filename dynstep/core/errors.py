@@ -28,6 +28,10 @@ class StorageError(DynstepError, OSError):
     """A recording file could not be written or read."""
 
 
+class SessionError(DynstepError, RuntimeError):
+    """A session was used the wrong way (entered twice, exited in another thread)."""
+
+
 class NonFiniteError(DynstepError, FloatingPointError):
     """A probed value contained NaN or Inf and the `nan` action was asked to raise."""
 

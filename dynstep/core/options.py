@@ -86,6 +86,10 @@ class Options:
 def _inner(inner: Any) -> Any:
     if not (isinstance(inner, str) or callable(inner)):
         raise OptionsError(f"option 'inner' must be a backend name or a callable, got {type(inner).__name__}")
+    if inner == "superstep":
+        raise OptionsError("option 'inner' (or DYNSTEP_INNER) is 'superstep': superstep would compile each graph "
+                           "with itself, forever; choose the compiler that runs the graph: eager, aot_eager, "
+                           "inductor or another backend name")
     return inner
 
 
@@ -117,9 +121,28 @@ def _front(frontend: Any, commands: Any) -> dict[str, Any]:
     return {"frontend": frontend, "commands": commands}
 
 
+SWITCHES = ("DYNSTEP_NATIVE", "DYNSTEP_FAST_PROBE", "DYNSTEP_PROBES", "DYNSTEP_BREAKPOINTS")
+
+
 def switched_off(name: str) -> bool:
-    """A DYNSTEP_* on/off switch read from the environment: off for 0/false/no/off, on when unset."""
-    return os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off")
+    """A DYNSTEP_* on/off switch read from the environment: off for 0/false/no/off, on when unset or empty."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("0", "false", "no", "off"):
+        return True
+    if raw in ("", "1", "true", "yes", "on"):
+        return False
+    raise OptionsError(f"environment variable {name}={os.environ[name]!r}: expected 1/0 (or true/false, "
+                       "yes/no, on/off)")
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Every DYNSTEP_* variable that is not a superstep option, checked at once (`dynstep run` does it
+    before the script starts; each is also checked where it is read)."""
+    env = os.environ if environ is None else environ
+    for name in SWITCHES:
+        _env_flag(env, name)
+    if env.get("DYNSTEP_RECORD_MEMORY", "").strip():
+        byte_count("DYNSTEP_RECORD_MEMORY", env["DYNSTEP_RECORD_MEMORY"])
 
 
 def _str_list(name: str, value: Any) -> tuple[str, ...]:
@@ -144,14 +167,31 @@ def _env_flag(env: Mapping[str, str], key: str) -> bool:
     raise OptionsError(f"environment variable {key}={raw!r}: expected one of 1/0/true/false")
 
 
+MAX_RECORD = 1 << 24   # ring slots per probe; more is a typo, not a debugging session
+
+
 def _int(name: str, value: Any) -> int:
     try:
         out = int(value)
     except (TypeError, ValueError):
         raise OptionsError(f"option {name!r} must be a positive integer, got {value!r}") from None
-    if out < 1:
+    if out < 1 or isinstance(value, bool) or (isinstance(value, float) and value != out):
         raise OptionsError(f"option {name!r} must be a positive integer, got {value!r}")
+    if out > MAX_RECORD:
+        raise OptionsError(f"option {name!r}={out} is more than {MAX_RECORD} ring slots per probe; keep fewer "
+                           "(the ring holds the last N hits; older ones are counted in Session.dropped)")
     return out
+
+
+def byte_count(name: str, raw: str) -> int:
+    """A size from the environment: 1073741824, 512M, 2G, 64k."""
+    text = raw.strip().lower().removesuffix("b")
+    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}.get(text[-1:], 1)
+    digits = text[:-1] if scale > 1 else text
+    if not digits.isdigit():
+        raise OptionsError(f"environment variable {name}={raw!r}: expected a number of bytes, e.g. 1073741824, "
+                           "512M or 2G")
+    return int(digits) * scale
 
 
 def _bool(name: str, value: Any) -> bool:

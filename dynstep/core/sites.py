@@ -46,6 +46,7 @@ class Site:
     capacity: int               # ring capacity for `record`
     nan_mode: str | None = None  # "raise" | "stop" | "warn" when the nan action is on
     inputs: tuple[str, ...] = ()  # FX names of the node's tensor inputs (pause sites)
+    input_names: tuple[str, ...] = ()  # the caller's variable behind each graph input among them ("" if none)
     user_name: str = ""         # the user's variable the node's value is assigned to, if known
     frames: tuple[str, ...] = ()  # "path:line" of every user frame, outermost first
     hand: HandConfig | None = None   # set for hand-placed probes only

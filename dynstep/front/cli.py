@@ -61,33 +61,39 @@ def cmd_run(args: argparse.Namespace) -> Result:
             overrides[name] = getattr(args, name)
     if args.step:
         overrides["step"] = True
+    problem = _check_overrides(overrides)
+    if problem:
+        return False, f"dynstep run: {problem}", 2
     code = run(target, script_args, overrides, module=args.module is not None,
                step_bytecode=args.step_bytecode)
     return code == 0, "", code
+def _check_overrides(overrides: dict[str, object]) -> str:
+    """'' when the options (with DYNSTEP_* from the environment) are valid, else one line saying why."""
+    from ..core.errors import OptionsError, SelectorError
+    from ..core.options import Options, check_environment
+    from ..graph.selectors import KINDS
+
+    try:
+        from dynstep.backends.superstep import checked
+
+        check_environment()
+        checked(Options.from_mapping({**overrides, "inner": overrides.get("inner", "eager")}))
+    except SelectorError as exc:
+        return (f"{str(exc).splitlines()[0]} (a selector is one of {', '.join(k + ':...' for k in KINDS)} "
+                "or *; e.g. module:blocks.0.attn)")
+    except OptionsError as exc:
+        return str(exc)
+    return ""
+
+
 def cmd_diff(args: argparse.Namespace) -> Result:
     """Run SCRIPT with every torch.compile diffed against eager and float64; exit 1 on divergence."""
     import os
-    import runpy
 
-    from ..eagerdiff.api import config, diffing
-    from .diff_show import progress_bar
-
-    backend = _backend_arg(args.backend)
     script = os.path.abspath(args.script)
     if not os.path.isfile(script):
-        return False, f"dynstep diff: no such script {args.script!r}"
-    saved_argv, saved_path = list(sys.argv), list(sys.path)
-    sys.argv, sys.path[0:0] = [script, *args.script_args], [os.path.dirname(script)]
-    try:
-        with progress_bar() as progress:
-            cfg = config(backend, mode=args.mode, training=args.training, repro=args.repro,
-                         ladder=not args.no_ladder, progress=progress,
-                         backend_ref=args.backend if ":" in args.backend else None)
-            with diffing(cfg, calls=args.calls) as collector:
-                runpy.run_path(script, run_name="__main__")
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-    report = collector.report()
+        return False, f"dynstep diff: no such script {args.script!r}", 2
+    report, script_exit = _diff_script(args, script)
     report.show()
     if args.json:
         report.to_json(args.json)
@@ -95,7 +101,36 @@ def cmd_diff(args: argparse.Namespace) -> Result:
         report.to_html(args.html)
     if not report.graphs:
         return False, "dynstep diff: the script compiled no graph with torch.compile"
-    return report.ok, "" if report.ok else report.summary()
+    if not report.ok:
+        return False, report.summary(), 1   # whatever the script's own exit code
+    return script_exit == 0, "", script_exit
+
+
+def _diff_script(args: argparse.Namespace, script: str):
+    """Run the script under the diff; (report, the script's own exit code)."""
+    import os
+    import runpy
+
+    from ..eagerdiff.api import config, diffing
+    from .diff_show import progress_bar
+
+    backend = _backend_arg(args.backend)
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    sys.argv, sys.path[0:0] = [script, *args.script_args], [os.path.dirname(script)]
+    script_exit = 0
+    try:
+        with progress_bar() as progress:
+            cfg = config(backend, mode=args.mode, training=args.training, repro=args.repro,
+                         ladder=not args.no_ladder, progress=progress,
+                         backend_ref=args.backend if ":" in args.backend else None)
+            with diffing(cfg, calls=args.calls) as collector:
+                try:
+                    runpy.run_path(script, run_name="__main__")
+                except SystemExit as exc:   # sys.exit(main()): the report still comes, then the verdict
+                    script_exit = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return collector.report(), script_exit
 
 
 def _backend_arg(text: str):
@@ -157,8 +192,15 @@ VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ..core.errors import OptionsError
+    from ..core.options import check_environment
     from . import wiring
 
+    try:
+        check_environment()   # before any module reads a DYNSTEP_* variable
+    except OptionsError as exc:
+        print(f"dynstep: {exc}", file=sys.stderr)
+        return 2
     wiring.install()
     args = build_parser().parse_args(argv)
     ok, message, *code = VERBS[args.verb](args)

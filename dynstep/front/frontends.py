@@ -14,12 +14,15 @@ DYNSTEP_COMMANDS):
 
 from __future__ import annotations
 
+import bdb
 import collections
+import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.commands import split_commands
-from ..core.events import CommandRead, emit
+from ..core.errors import Abort
+from ..core.events import CommandFailed, CommandRead, emit
 
 if TYPE_CHECKING:
     from ..core.wiring import Frontend
@@ -77,18 +80,48 @@ class PdbFrontend:
 
     def run(self, stepper: "Stepper", stop: "Stop") -> None:
         site = stop.site
+        if not _debugger_can_answer():
+            stepper.detach("dynstep: frontend 'pdb' needs a terminal for the default debugger (stdin is not a tty); "
+                           "not stopping, running to the end (PYTHONBREAKPOINT chooses another debugger)")
+            return
         frame_locals = {**stop.inputs, "value": stop.value, "site": site, "node": site.node,
                         "target": site.target, "module": site.module, "source": site.source,
                         "reason": stop.reason, "dynstep_cmd": stepper.execute}
         if site.user_name:
             frame_locals[site.user_name] = stop.value
         original = stop.value
-        # exec gives the debugger a frame whose f_locals *is* this dict: every name is visible to
-        # pdb/ipdb/debugpy, and a rebinding of `value` can be read back afterwards.
-        exec(compile("__import__('sys').breakpointhook()", f"<dynstep stop {site.node}>", "exec"),
-             {"__builtins__": __builtins__}, frame_locals)
+        _in_debugger(f"<dynstep stop {site.node}>", frame_locals, f"node {site.node} ({site.source or site.graph})")
         if frame_locals["value"] is not original:
-            stepper.write_value(stop, frame_locals["value"])
+            try:
+                stepper.write_value(stop, frame_locals["value"])
+            except ValueError as exc:   # `value = "abc"` in pdb: say so, the program goes on unchanged
+                emit(CommandFailed("value = ... (in the debugger)", str(exc)))
+
+    def compile_stop(self, stop: Any, fakes: dict[str, Any]) -> None:
+        """dynstep.breakpoint()'s compile-time stop: a frame holding the fake locals."""
+        if not _debugger_can_answer():
+            return
+        frame_locals = {**fakes, "stop": stop, "graph": stop.graph, "guards": stop.guards, "locals_": stop.locals}
+        _in_debugger(f"<dynstep compile-time stop {stop.location}>", frame_locals,
+                     f"the compile-time stop at {stop.location}")
 
     def __repr__(self) -> str:
         return "PdbFrontend()"
+
+
+def _debugger_can_answer() -> bool:
+    """The default debugger (pdb) reads stdin: without a terminal it would end in BdbQuit at once."""
+    custom = sys.breakpointhook is not sys.__breakpointhook__ or \
+        os.environ.get("PYTHONBREAKPOINT", "") not in ("", "pdb.set_trace")
+    return custom or (sys.stdin is not None and sys.stdin.isatty())
+
+
+def _in_debugger(name: str, frame_locals: dict[str, Any], where: str) -> None:
+    """sys.breakpointhook() from a frame whose f_locals *is* `frame_locals` (exec gives pdb, ipdb and
+    debugpy every name; a rebinding of `value` can be read back afterwards). Quitting the debugger
+    stops the program as `quit` does."""
+    try:
+        exec(compile("__import__('sys').breakpointhook()", name, "exec"), {"__builtins__": __builtins__},
+             frame_locals)
+    except bdb.BdbQuit:
+        raise Abort(f"quit in the debugger at {where}: program stopped from the debugger") from None

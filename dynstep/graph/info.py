@@ -50,8 +50,17 @@ def normalize_module_path(fqn: str) -> str:
 
 
 def module_stack(node: torch.fx.Node) -> tuple[str, ...]:
-    """Every module the node was created in, outermost first (the compiled root omitted)."""
+    """Every module the node was created in, outermost first (the compiled root omitted).
+
+    A higher-order op holding a body (torch.utils.checkpoint's region) carries no stack of its own:
+    it stands for the modules its whole body ran in, the part every body node shares."""
     stack = node.meta.get("nn_module_stack") or {}
+    if not stack and body_nodes(node):
+        stacks = [module_stack(n) for n in body_nodes(node) if n.op == "call_function"]
+        common = stacks[0] if stacks else ()
+        for s in stacks[1:]:
+            common = tuple(a for a, b in zip(common, s) if a == b)
+        return common
     out = []
     for value in stack.values():
         fqn = value[0] if isinstance(value, tuple) else str(value)
@@ -59,6 +68,20 @@ def module_stack(node: torch.fx.Node) -> tuple[str, ...]:
         if path and path not in out:
             out.append(path)
     return tuple(out)
+
+
+def body_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes of the graphs a higher-order op runs (a checkpointed region's body), else []."""
+    if node.op != "call_function":
+        return []
+    owner = node.graph.owning_module
+    out: list[torch.fx.Node] = []
+    for arg in node.args:
+        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and owner is not None:
+            body = getattr(owner, str(arg.target), None)
+            if isinstance(body, torch.fx.GraphModule):
+                out += [n for n in body.graph.nodes if n.op not in ("placeholder", "output")]
+    return out
 
 
 def module_path(node: torch.fx.Node) -> str:

@@ -207,6 +207,28 @@ def _split_executions(run: list[torch.fx.Node]) -> list[list[torch.fx.Node]]:
     return [e for e in executions if e]
 
 
+def unmatched_message(graph: torch.fx.Graph, sel: Selector, what: str) -> str:
+    """Why `sel` placed nothing in this graph: what would match inside bodies dynstep cannot probe
+    (a torch.utils.checkpoint region), or the closest names that are present."""
+    hidden = [n for hop in graph.nodes for n in gi.body_nodes(hop)
+              if any(match.node is n for match in _select_in(n.graph, sel))]
+    if hidden:
+        regions = sorted({gi.module_path(hop) or hop.name for hop in graph.nodes if gi.body_nodes(hop)
+                          and set(gi.body_nodes(hop)) & set(hidden)})
+        return (f"{what} {sel.text!r} names {len(hidden)} node(s) inside an activation-checkpointed region "
+                f"(torch.utils.checkpoint) of {', '.join(regions)}, which dynstep cannot probe inside; probe what "
+                f"the region returns (module:{regions[0]}) or run without checkpointing")
+    near = ", ".join(candidates(graph, sel)) or "nothing"
+    return f"{what} {sel.text!r} matched nothing; closest candidates: {near}"
+
+
+def _select_in(graph: torch.fx.Graph, sel: Selector) -> list[Match]:
+    try:
+        return select(graph, [sel], aten_level=sel.aten_level)
+    except Exception:   # a body the selector cannot read (no metadata): nothing hidden there
+        return []
+
+
 def candidates(graph: torch.fx.Graph, sel: Selector, limit: int = 5) -> list[str]:
     """The names present in the graph closest to what an unmatched selector asked for."""
     nodes = [n for n in graph.nodes if gi.is_value_node(n)]

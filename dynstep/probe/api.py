@@ -147,7 +147,10 @@ class TensorProbe:
         # Traced by Dynamo, these reads become guards: closing the probe or flipping
         # dynstep.probes recompiles the caller's graph without the op (see dynstep/probe/switch.py).
         if self._site_id is not None and not self._closed and _switch.ENABLED:
-            torch.ops.dynstep.probe(x, self._site_id)
+            if x.is_nested:   # the dispatcher has no nested-tensor path for the op: skip, say so once
+                runtime.skip(self._site_id, "nested tensor")
+            else:
+                torch.ops.dynstep.probe(x, self._site_id)
         return x
 
     def watch_grad(self, tensor: torch.Tensor, *, return_handle: bool = False) -> Any:
@@ -188,9 +191,10 @@ class TensorProbe:
     def state(self) -> ProbeState:
         self._collect()
         report = rings.site_report(self._site_id) if self._site_id is not None else None
+        bad = report is not None and (report.failed or report.nonfinite or bool(report.unchecked))
+        message = (report.message or report.unchecked) if report is not None else ""
         return ProbeState(self.name, report.calls if report else 0, len(self._store.ring), self._store.dropped,
-                          self._store.dropped_by_memory_cap,
-                          not (report and (report.failed or report.nonfinite)), report.message if report else "")
+                          self._store.dropped_by_memory_cap, not bad, message)
 
     def assert_ok(self) -> None:
         """Raise CheckFailed if a CheckAction saw a mismatch or a non-finite value (sticky)."""

@@ -24,6 +24,14 @@ _lock = threading.Lock()
 _done = False
 
 
+def _probe_batched(info, in_dims, x: torch.Tensor, site: int):
+    """Under torch.vmap: probe the whole batch at once (its batch dimension first); no output."""
+    if in_dims[0] not in (None, 0):
+        x = x.movedim(in_dims[0], 0).contiguous()   # the batch's layout is vmap's, not the user's
+    torch.ops.dynstep.probe(x, site)
+    return None, None
+
+
 def _grad_tap(x: torch.Tensor, site: int) -> torch.Tensor:
     return x.clone()
 
@@ -44,6 +52,7 @@ def ensure() -> None:
         schema.impl("probe", runtime.on_probe)
         schema.impl("grad_tap", _grad_tap)
         schema.impl("grad_tap_bw", _grad_tap_bw)
+        torch.library.register_vmap("dynstep::probe", _probe_batched, lib=schema.LIB)
         runtime.connect(destination=sessions.DESTINATION)
         # while a graph calling the probe is traced: once Inductor's code generator is loaded (it is
         # by the time AOTAutograd traces for Inductor), its wrapper lines call the probe directly

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from types import ModuleType
 
+from ..core.options import byte_count
 from ..core.records import Stats
 from ..core.sites import SITES, Site
 from . import runtime
@@ -29,6 +31,7 @@ class SiteReport:
     nonfinite: bool
     failed: bool
     message: str
+    unchecked: str = ""   # why a check did not run on some hit ("" when every hit was checked)
 
 
 def attach_native(module: ModuleType) -> None:
@@ -81,7 +84,16 @@ def record_memory() -> RecordMemory:
     return RecordMemory(int(held), int(cap), True)
 
 
-_cap = int(os.environ.get("DYNSTEP_RECORD_MEMORY", DEFAULT_RECORD_MEMORY_CAP))
+def _env_cap() -> int:
+    raw = os.environ.get("DYNSTEP_RECORD_MEMORY", "")
+    return byte_count("DYNSTEP_RECORD_MEMORY", raw) if raw.strip() else DEFAULT_RECORD_MEMORY_CAP
+
+
+_cap = _env_cap()
+# What one preallocated ring slot costs (sizeof(Entry) in csrc/probe_state.h is 160 bytes on x86-64,
+# before any copy is kept); the slots of one ring may take at most a quarter of the record memory cap.
+SLOT_BYTES = 192
+_capped: set[int] = set()
 
 
 _immediate = False
@@ -125,11 +137,25 @@ def action_bits(site: Site) -> int:
     return mask
 
 
+def ring_slots(site: Site) -> int:
+    """The site's record capacity, bounded so its preallocated ring fits a quarter of the memory cap."""
+    bound = max(1, _cap // 4 // SLOT_BYTES)
+    if site.capacity <= bound:
+        return site.capacity
+    if site.id not in _capped:
+        _capped.add(site.id)
+        warnings.warn(f"dynstep: record={site.capacity} for probe {site.probe!r} at {site.node} would preallocate "
+                      f"{site.capacity * SLOT_BYTES / 2**20:.0f} MiB of ring slots; keeping the last {bound} hits "
+                      f"(a quarter of the record memory cap, {_cap} bytes: dynstep.set_record_memory_cap or "
+                      "DYNSTEP_RECORD_MEMORY raise it)", RuntimeWarning, stacklevel=2)
+    return bound
+
+
 def register_native(site: Site) -> None:
     native = _native
     if native is None or runtime.is_closed(site.id):
         return
-    capacity = site.capacity if "record" in site.actions else 1024
+    capacity = ring_slots(site) if "record" in site.actions else 1024
     every = site.hand.every if site.hand is not None else 1
     native.register_site(site.id, action_bits(site), capacity, every)
     if site.hand is not None and site.hand.expected is not None:
@@ -175,7 +201,7 @@ def site_report(site_id: int) -> SiteReport:
         calls += n_calls
         nonfinite, failed = nonfinite or n_nonfinite, failed or n_failed
         message = message or n_message
-    return SiteReport(calls, nonfinite, failed, message)
+    return SiteReport(calls, nonfinite, failed, message, py.unchecked)
 
 
 def reset_checks(site_id: int) -> None:

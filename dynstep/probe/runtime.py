@@ -86,6 +86,7 @@ class CheckState:
     nonfinite: bool = False
     failed: bool = False
     message: str = ""
+    unchecked: str = ""    # why a check could not run on some hit (a check that did not run never passes)
 
 
 # -- the Python kernel --------------------------------------------------------------------------
@@ -97,7 +98,7 @@ def on_probe(x: torch.Tensor, site_id: int) -> None:
         return
     reason = unsupported_reason(x)
     if reason is not None:
-        _warn_once(site, reason, f"dynstep: probe at {_where(site)} skipped: {reason} is not supported")
+        _skip(site, reason)
         return
     if site.hand is not None and site.hand.non_contiguous == "error" and not x.is_contiguous():
         raise ValueError(non_contiguous_message(x))
@@ -105,6 +106,21 @@ def on_probe(x: torch.Tensor, site_id: int) -> None:
         call = _calls[site_id]
         _calls[site_id] += 1
     _guarded(x, site, call, None)
+
+
+def skip(site_id: int, reason: str) -> None:
+    """A hit this probe cannot take (for callers that see it before the op): warned once, checks marked."""
+    _skip(SITES.get(site_id), reason)
+
+
+def _skip(site: Site, reason: str) -> None:
+    """A value the probe cannot handle: a one-time warning, and a check marked as not run."""
+    _warn_once(site, reason, f"dynstep: probe at {_where(site)} skipped: {reason} is not supported")
+    hand = site.hand
+    if hand is not None and (hand.expected is not None or hand.check_finite):
+        with _lock:
+            state = _checks.setdefault(site.id, CheckState())
+            state.unchecked = state.unchecked or f"not checked: a {reason} is not supported by the probe"
 
 
 def native_hit(x: torch.Tensor, site_id: int, call: int, numbers: tuple) -> None:

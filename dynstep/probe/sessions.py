@@ -29,9 +29,11 @@ from __future__ import annotations
 import collections
 import contextvars
 import threading
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..core.errors import OptionsError, SessionError
 from ..core.records import Snapshot
 from ..core.sites import SITES
 from ..graph.filter import filter_records
@@ -53,6 +55,11 @@ def _drain() -> None:
 class Session:
     def __init__(self, *, summaries: int = 1024, all_threads: bool = False, path: str | Path | None = None,
                  name: str = "session") -> None:
+        if isinstance(summaries, bool) or not isinstance(summaries, int) or summaries < 1:
+            raise OptionsError(f"dynstep.session(summaries={summaries!r}): expected a positive integer, the number "
+                               "of stats-only hits kept per probe (default 1024)")
+        if not isinstance(all_threads, bool):
+            raise OptionsError(f"dynstep.session(all_threads={all_threads!r}): expected True or False")
         self.name = name
         self.summaries = summaries
         self.all_threads = all_threads
@@ -64,6 +71,12 @@ class Session:
         if path is not None:
             self._writer = Writer(Path(path))
         self._token: contextvars.Token | None = None
+        self._thread: int | None = None       # the thread that entered the session
+        self.unwritten = 0                     # hits the recording could not take (kept in the rings)
+
+    def __repr__(self) -> str:
+        where = f", recording to {self._writer.path}" if self._writer is not None else ""
+        return f"<dynstep session {self.name!r}{where}>"
 
     # -- collecting -------------------------------------------------------------------------
     def add(self, snap: Snapshot) -> None:
@@ -76,7 +89,17 @@ class Session:
                 self.dropped[snap.probe] += 1
             ring.append(snap)
         if self._writer is not None:
+            self._write(snap)
+
+    def _write(self, snap: Snapshot) -> None:
+        try:
             self._writer.append(snap)
+        except OSError as exc:   # disk full, recording closed: the hit stays in the ring, the model goes on
+            self.unwritten += 1
+            if self.unwritten == 1:
+                warnings.warn(f"dynstep: a hit could not be written to the recording {self._writer.path} "
+                              f"({exc}); it is kept in the session (Session.unwritten counts them)",
+                              RuntimeWarning, stacklevel=2)
 
     def _capacity(self, snap: Snapshot) -> int:
         if snap.tensor is not None:
@@ -117,7 +140,11 @@ class Session:
 
     # -- scope ------------------------------------------------------------------------------
     def __enter__(self) -> "Session":
+        if self._thread is not None:
+            raise SessionError(f"{self!r} is already open (entered in thread {self._thread}); a session is entered "
+                               "once at a time: open another one with dynstep.session()")
         _drain()  # hits before this point belong to the scope that was open then
+        self._thread = threading.get_ident()
         self._token = _active.set(_active.get() + (self,))
         with _open_lock:
             _open.append(self)
@@ -126,7 +153,12 @@ class Session:
         return self
 
     def __exit__(self, *exc) -> None:
+        here = threading.get_ident()
+        if self._thread is not None and self._thread != here:
+            raise SessionError(f"{self!r} was entered in thread {self._thread} and must be exited there, "
+                               f"not in thread {here} (sessions follow the thread's context)")
         _drain()
+        self._thread = None
         if self._token is not None:
             _active.reset(self._token)
             self._token = None

@@ -1,177 +1,255 @@
-"""Recording files: a directory of safetensors chunks plus JSON lines. Never pickle.
+"""Writing recordings: a directory of safetensors chunks plus JSON lines. Never pickle.
 
     run.dynstep/
-      manifest.json            {"format": "dynstep-recording", "version": 1}
-      records.jsonl            one JSON object per snapshot, in hit order
-      chunk-000001.safetensors tensors of the snapshots that reference it
+      manifest.json                 {"format": "dynstep-recording", "version": 2}
+      records.jsonl                 one JSON object per snapshot, in hit order
+      chunk-<pid>-<n>.safetensors   the tensor of the snapshot whose line names it
+      .lock                         held (flock) by the process streaming into the recording
 
-Writing is append-only: a chunk is written to a temporary name and renamed before the JSON
-lines that reference it are appended, so a run that dies leaves every complete line loadable
-(a torn last line is ignored on load). Buffered snapshots (at most `flush_every`) are written at
-interpreter exit.
+What dynstep promises (docs/reliability.md):
+- **Nothing lost**: a streaming writer (`session(path=...)`) writes every hit through to the OS
+  before the probe returns to the model — the tensor's chunk first (a temporary name, then a
+  rename), then its JSON line — so a run killed by SIGKILL or SIGTERM leaves every hit that had
+  returned loadable. No fsync: what survives a power loss is up to the file system.
+- **Nothing deleted that dynstep did not write**: a path that exists must be an empty directory or
+  a dynstep recording holding only files dynstep writes; anything else is a `StorageError`. A
+  recording is replaced by writing the new one beside it and renaming, never by emptying it.
+- **One writer**: a recording being streamed into is locked; a second writer, or a save over it,
+  gets a `StorageError` naming the path and the holder's pid. The lock dies with its process.
 
-    save(snapshots, "run.dynstep");  rec = load("run.dynstep");  rec.records("op:layer_norm")
+    save(snapshots, "run.dynstep");  Writer(path).append(snap)
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
+import re
 import shutil
 import threading
+import uuid
 import weakref
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from ..core.errors import StorageError
 from ..core.records import Snapshot
-from ..graph.filter import filter_records
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: recordings are not locked there
+    fcntl = None  # type: ignore[assignment]
 
 FORMAT = "dynstep-recording"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)                      # versions this dynstep can load
+OWN_FILES = re.compile(r"^(manifest\.json|records\.jsonl|\.lock|chunk-[0-9]+(-[0-9]+)?\.safetensors(\.tmp)?)$")
 _writers: "weakref.WeakSet[Writer]" = weakref.WeakSet()
 
 
 class Writer:
-    def __init__(self, path: Path, *, flush_every: int = 16) -> None:
+    """Streams snapshots into a recording directory, each written through before `append` returns."""
+
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.flush_every = flush_every
         self._lock = threading.Lock()
-        self._pending: list[Snapshot] = []
         self._chunks = 0
         self._closed = False
-        _prepare_dir(self.path)
-        (self.path / "manifest.json").write_text(json.dumps({"format": FORMAT, "version": VERSION}))
-        self._lines = open(self.path / "records.jsonl", "a", encoding="utf-8")
+        self._lock_fd = -1
+        self._lines_fd = -1
+        _install(self.path, self._start)
         _writers.add(self)
+
+    def _start(self, folder: Path) -> None:
+        """Open the new recording in `folder` (before it is renamed into place)."""
+        _write_manifest(folder)
+        self._lock_fd = _take_lock(folder)
+        self._lines_fd = os.open(folder / "records.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def append(self, snap: Snapshot) -> None:
         with self._lock:
             if self._closed:
                 raise StorageError(f"recording {self.path} is closed; open a new session to record more")
-            self._pending.append(snap)
-            if len(self._pending) >= self.flush_every:
-                self._flush_locked()
+            line = self._entry(snap)
+            _write_all(self._lines_fd, (json.dumps(line, allow_nan=False) + "\n").encode())
 
-    def flush(self) -> None:
-        with self._lock:
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        if not self._pending or self._closed:
-            return
-        tensors = {f"t{i}": s.tensor.contiguous() for i, s in enumerate(self._pending) if s.tensor is not None}
-        chunk = None
-        if tensors:
+    def _entry(self, snap: Snapshot) -> dict[str, Any]:
+        meta = json_safe(snap.meta())
+        meta["tensor"] = None
+        if snap.tensor is not None:
             from safetensors.torch import save_file
 
             self._chunks += 1
             chunk = f"chunk-{os.getpid()}-{self._chunks:06d}.safetensors"
             tmp = self.path / (chunk + ".tmp")
-            save_file(tensors, str(tmp))
+            save_file({"t0": snap.tensor.detach().contiguous()}, str(tmp))
             os.replace(tmp, self.path / chunk)
-        lines = []
-        for i, s in enumerate(self._pending):
-            meta = s.meta()
-            meta["tensor"] = {"chunk": chunk, "key": f"t{i}"} if s.tensor is not None else None
-            lines.append(json.dumps(meta, allow_nan=True))
-        self._lines.write("\n".join(lines) + "\n")
-        self._lines.flush()
-        self._pending.clear()
+            meta["tensor"] = {"chunk": chunk, "key": "t0"}
+        return meta
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
-            self._flush_locked()
             self._closed = True
-            self._lines.close()
+            for fd in (self._lines_fd, self._lock_fd):
+                if fd >= 0:
+                    os.close(fd)   # closing the lock's descriptor releases the lock
 
 
-def _prepare_dir(path: Path) -> None:
-    if path.exists():
-        if not path.is_dir():
-            raise StorageError(f"cannot record to {path}: it exists and is not a directory")
-        manifest = path / "manifest.json"
-        if any(path.iterdir()) and not manifest.exists():
-            raise StorageError(f"cannot record to {path}: the directory is not empty and is not a "
-                               "dynstep recording; choose a new path")
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
+def save(snapshots: list[Snapshot], path: str | Path) -> Path:
+    """Write a whole recording at once (replacing a dynstep recording at `path`, atomically)."""
+    path = Path(path)
+
+    def fill(folder: Path) -> None:
+        _write_manifest(folder)
+        tensors, lines = {}, []
+        for i, snap in enumerate(snapshots):
+            meta = json_safe(snap.meta())
+            meta["tensor"] = {"chunk": "chunk-0-000001.safetensors", "key": f"t{i}"} if snap.tensor is not None else None
+            if snap.tensor is not None:
+                tensors[f"t{i}"] = snap.tensor.detach().contiguous()
+            lines.append(json.dumps(meta, allow_nan=False) + "\n")
+        if tensors:
+            from safetensors.torch import save_file
+
+            save_file(tensors, str(folder / "chunk-0-000001.safetensors"))
+        (folder / "records.jsonl").write_text("".join(lines), encoding="utf-8")
+
+    _install(path, fill)
+    return path
+
+
+def json_safe(value: Any) -> Any:
+    """Non-finite floats as the strings "nan", "inf", "-inf" (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+# -- putting a recording in place, never deleting what dynstep did not write -------------------------
+
+def _install(path: Path, fill: Any) -> None:
+    """Build the recording in a sibling folder with `fill(folder)`, then rename it to `path`."""
+    old = _replaceable(path)
+    folder = path.parent / f".{path.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        folder.mkdir(parents=True)
+        fill(folder)
+    except BaseException as exc:
+        shutil.rmtree(folder, ignore_errors=True)   # ours: made just above
+        if isinstance(exc, OSError):
+            raise StorageError(f"cannot write the recording {path}: {exc.strerror or exc}") from exc
+        raise
+    aside = path.parent / f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}" if old == "recording" else None
+    try:
+        if old == "empty":
+            path.rmdir()
+        elif aside is not None:
+            os.rename(path, aside)
+        os.rename(folder, path)
+    except OSError as exc:
+        if aside is not None and not os.path.lexists(path):
+            os.rename(aside, path)   # put the old recording back
+        if old == "absent" and os.path.lexists(path):
+            _replaceable(path)       # someone else created it meanwhile: say who, when it is a recording
+        raise StorageError(f"cannot put the recording in place at {path} ({exc.strerror or exc}); "
+                           f"what was written is kept at {folder}") from exc
+    if aside is not None:
+        _remove_recording(aside)
+
+
+def _replaceable(path: Path) -> str:
+    """"absent", "empty" or "recording"; anything else (or a locked recording) is refused."""
+    if not os.path.lexists(path):
+        return "absent"
+    if path.is_symlink() or not path.is_dir():
+        raise StorageError(f"cannot record to {path}: it exists and is not a directory; choose a new path")
+    names = sorted(p.name for p in path.iterdir())
+    if not names:
+        return "empty"
+    if "manifest.json" not in names or not _is_recording(path):
+        raise StorageError(f"cannot record to {path}: the directory is not empty and is not a dynstep "
+                           "recording; choose a new path (dynstep never deletes what it did not write)")
+    foreign = [n for n in names if not OWN_FILES.match(n)]
+    if foreign:
+        raise StorageError(f"cannot replace the recording {path}: it holds files dynstep did not write "
+                           f"({', '.join(foreign[:5])}); move them away or choose a new path")
+    holder = lock_holder(path)
+    if holder is not None:
+        raise StorageError(f"cannot replace the recording {path}: process {holder} is recording into it "
+                           "(its lock is held); choose another path or wait until it finishes")
+    return "recording"
+
+
+def _is_recording(path: Path) -> bool:
+    try:
+        info = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and info.get("format") == FORMAT
+
+
+def _remove_recording(folder: Path) -> None:
+    """Remove a replaced recording: only the files dynstep writes, then the folder if it is empty."""
+    for entry in folder.iterdir():
+        if OWN_FILES.match(entry.name) and entry.is_file() and not entry.is_symlink():
+            entry.unlink()
+    try:
+        folder.rmdir()
+    except OSError:
+        pass   # something new appeared in it: leave it where it is
+
+
+def _write_manifest(folder: Path) -> None:
+    (folder / "manifest.json").write_text(json.dumps({"format": FORMAT, "version": VERSION}), encoding="utf-8")
+
+
+def _take_lock(folder: Path) -> int:
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StorageError(f"cannot record to {folder}: process {lock_holder(folder)} holds its lock") from None
+    os.ftruncate(fd, 0)
+    _write_all(fd, str(os.getpid()).encode())
+    return fd
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid streaming into the recording at `path`, or None when nobody holds its lock."""
+    lock = path / ".lock"
+    if fcntl is None or not lock.is_file():
+        return None
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except OSError:
+        text = os.read(fd, 32).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else -1
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 @atexit.register
-def _flush_all() -> None:
+def _close_all() -> None:
     for w in list(_writers):
         try:
             w.close()
         except Exception:
-            pass
-
-
-def save(snapshots: list[Snapshot], path: Path) -> Path:
-    writer = Writer(path, flush_every=max(1, len(snapshots)))
-    for s in snapshots:
-        writer.append(s)
-    writer.close()
-    return path
-
-
-class Recording:
-    """A loaded recording: the same reading interface as a session."""
-
-    def __init__(self, snapshots: list[Snapshot], path: Path) -> None:
-        self.path = path
-        self._snaps = snapshots
-
-    def all(self) -> list[Snapshot]:
-        return list(self._snaps)
-
-    def records(self, selector: str | None = None, *, kind: str | None = None) -> list[Snapshot]:
-        return filter_records(self._snaps, selector, kind)
-
-    def __len__(self) -> int:
-        return len(self._snaps)
-
-    def save(self, path: str | Path) -> Path:
-        return save(self._snaps, Path(path))
-
-
-def load(path: str | Path) -> Recording:
-    path = Path(path)
-    manifest = path / "manifest.json"
-    if not manifest.exists():
-        raise StorageError(f"{path} is not a dynstep recording (no manifest.json); "
-                           "expected a directory written by Session.save or session(path=...)")
-    info = json.loads(manifest.read_text())
-    if info.get("format") != FORMAT or info.get("version") != VERSION:
-        raise StorageError(f"{path}: unsupported recording format {info!r}; expected "
-                           f"{{'format': {FORMAT!r}, 'version': {VERSION}}}")
-    chunks: dict[str, dict[str, torch.Tensor]] = {}
-    snaps = []
-    records = path / "records.jsonl"
-    text = records.read_text(encoding="utf-8") if records.exists() else ""
-    for raw in text.splitlines():
-        if not raw.strip():
-            continue
-        try:
-            meta = json.loads(raw)
-        except json.JSONDecodeError:
-            continue  # a line torn by a crash: everything before it is intact
-        ref = meta.pop("tensor", None)
-        tensor = None
-        if ref:
-            tensor = _chunk(path, ref["chunk"], chunks).get(ref["key"])
-        snaps.append(Snapshot.from_meta(meta, tensor))
-    return Recording(snaps, path)
-
-
-def _chunk(path: Path, name: str, cache: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    if name not in cache:
-        from safetensors.torch import load_file
-
-        file = path / name
-        cache[name] = load_file(str(file)) if file.exists() else {}
-    return cache[name]
+            pass   # exiting: a writer that cannot close has written everything it was given already

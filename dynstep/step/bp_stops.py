@@ -45,8 +45,10 @@ def present_compile_stop(stop: CompileStop, fakes: dict[str, Any]) -> None:
     cmds = CompileStopCommands(stop, fakes)
     emit(CompileViewShown(cmds.header()))
     read = getattr(frontend, "read", None)
-    if read is None:   # pdb and other debuggers: a frame holding the fake locals
-        _debugger_frame(stop, fakes)
+    if read is None:   # pdb and other debuggers: a frame holding the fake locals, if they offer one
+        compile_stop = getattr(frontend, "compile_stop", None)
+        if compile_stop is not None:
+            compile_stop(stop, fakes)
         return
     while True:
         line = read(COMPILE_PROMPT)
@@ -55,12 +57,6 @@ def present_compile_stop(stop: CompileStop, fakes: dict[str, Any]) -> None:
             return
         if cmds.execute(line):
             return
-
-
-def _debugger_frame(stop: CompileStop, fakes: dict[str, Any]) -> None:
-    frame_locals = {**fakes, "stop": stop, "graph": stop.graph, "guards": stop.guards, "locals_": stop.locals}
-    exec(compile("__import__('sys').breakpointhook()", f"<dynstep compile-time stop {stop.location}>", "exec"),
-         {"__builtins__": __builtins__}, frame_locals)
 
 
 def runtime_stop(bp: Any, values: dict[str, torch.Tensor], *, writable_names: set[str]) -> None:

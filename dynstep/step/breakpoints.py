@@ -22,6 +22,7 @@ import dataclasses
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -192,12 +193,33 @@ def on_breakpoint(writable: list[torch.Tensor], readonly: list[torch.Tensor], bp
 
 
 def _when_holds(when: Callable[..., Any], values: dict[str, Any], site: BreakpointSite) -> bool:
+    """Whether `when` asks for the stop. A `when` that cannot answer never takes the program down: it
+    warns once, saying what was wrong, and stops, so the values it was given can be looked at."""
+    where = f"dynstep.breakpoint(when=...) at {os.path.basename(site.file)}:{site.line}"
     params = when.__code__.co_varnames[:when.__code__.co_argcount]
     missing = [p for p in params if p not in values]
     if missing:
-        raise NameError(f"dynstep.breakpoint(when=...) at {os.path.basename(site.file)}:{site.line} asks for "
-                        f"{missing}, which are not tensor locals there (available: {list(values)})")
-    return bool(when(**{p: values[p] for p in params}))
+        return _when_failed(site, f"{where} asks for {missing}, which are not tensor locals there "
+                                  f"(available: {list(values)}); name its parameters like your tensors")
+    try:
+        result = when(**{p: values[p] for p in params})
+        if isinstance(result, torch.Tensor) and result.numel() != 1:
+            return _when_failed(site, f"{where} returned a tensor of {result.numel()} elements; expected True/False "
+                                      "or a one-element tensor, e.g. when=lambda h: h.abs().max() > 10")
+        return bool(result)
+    except Exception as exc:
+        return _when_failed(site, f"{where} raised {type(exc).__name__}: {exc}")
+
+
+_when_warned: set[tuple[int, str, int]] = set()
+
+
+def _when_failed(site: BreakpointSite, message: str) -> bool:
+    key = (site.id, site.file, site.line)
+    if key not in _when_warned:
+        _when_warned.add(key)
+        warnings.warn(message + "; stopping here so you can look", RuntimeWarning, stacklevel=3)
+    return True
 
 
 def _eager_stop(frame: Any, when: Callable[..., Any] | None) -> None:

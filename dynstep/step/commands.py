@@ -100,6 +100,9 @@ class StepperCommands(CommandSet):
         elif name in stop.writable_inputs:
             self.write_tensor(stop.inputs[name], result, name)
             emit(Info(f"{name} replaced in place; the rest of the program sees the new value"))
+        elif name in stop.site.input_names or (name in stop.inputs and name.startswith("l_")):
+            raise ValueError(f"{name!r} is an input of the compiled graph (the caller's tensor), and dynstep never "
+                             "writes into the caller's tensors; change it before the call, or set value = ... here")
         elif name in stop.inputs:
             raise ValueError(f"{name!r} is an input of {stop.site.node} and was already used; set it at its own "
                              f"stop (break node:{name}) or set value = ... here")
@@ -113,7 +116,14 @@ class StepperCommands(CommandSet):
         self.write_tensor(stop.value, result, stop.site.node)
 
     def write_tensor(self, x: torch.Tensor, result: Any, label: str) -> None:
-        new = torch.as_tensor(result, dtype=x.dtype, device=x.device)
+        what = f"{str(x.dtype).replace('torch.', '')}{list(x.shape)} on {x.device}"
+        if not isinstance(result, (torch.Tensor, int, float, bool, list, tuple)):
+            raise ValueError(f"cannot write a {type(result).__name__} into {label} ({what}); expected a tensor or "
+                             "a number, e.g. set value = value.clamp(-1, 1) or set value = 0")
+        try:
+            new = torch.as_tensor(result, dtype=x.dtype, device=x.device)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"cannot write {type(result).__name__} {result!r:.60} into {label} ({what}): {exc}") from None
         try:
             torch.broadcast_shapes(new.shape, x.shape)
         except RuntimeError:

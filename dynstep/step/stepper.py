@@ -160,6 +160,8 @@ def on_pause(x: torch.Tensor, site_id: int, inputs: list[torch.Tensor]) -> None:
     if reason is None:
         return
     names = dict(zip(site.inputs, inputs))
+    # the caller's own names for graph inputs too (x, not just l_x_)
+    names.update({user: t for user, t in zip(site.input_names, inputs) if user and user not in names})
     stepper.stop(x, site, names, reason=reason, writable=True)
 
 

@@ -1,0 +1,243 @@
+"""Reading recordings: `dynstep.load(path)` -> `Recording`, the same reading interface as a session.
+
+Loading never fails on part of a recording: each JSON line is checked against the snapshot schema
+and what is valid loads; a line that is not, a chunk that cannot be read, an incomplete last line
+(a run cut mid-write) are listed in `Recording.problems`, with one warning. Only what cannot be a
+recording at all (no manifest, another format, a newer version) is a `StorageError`.
+
+Nothing outside the recording is read: a chunk must be named by a plain file name inside the
+recording's directory (any other name makes the whole load a `StorageError`), and only regular
+files are opened (no symlink, FIFO or device: those chunks are reported as unreadable).
+
+    rec = dynstep.load("run.dynstep");  rec.records("op:layer_norm");  rec.problems
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..core.errors import StorageError
+from ..core.records import STAT_FIELDS, Snapshot, Stats
+from ..graph.filter import filter_records
+from .storage import FORMAT, READS, save
+
+CHUNK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")
+KINDS = ("value", "grad")
+_STR_FIELDS = ("probe", "node", "target", "module", "source", "graph", "dtype", "device")
+
+
+class Recording:
+    """A loaded recording: `records(selector)`, `all()`, `save(path)`, and what could not load."""
+
+    def __init__(self, snapshots: list[Snapshot], path: Path, problems: tuple[str, ...] = ()) -> None:
+        self.path = path
+        self._snaps = snapshots
+        self.problems = problems
+
+    def all(self) -> list[Snapshot]:
+        return list(self._snaps)
+
+    def records(self, selector: str | None = None, *, kind: str | None = None) -> list[Snapshot]:
+        return filter_records(self._snaps, selector, kind)
+
+    def __len__(self) -> int:
+        return len(self._snaps)
+
+    def save(self, path: str | Path) -> Path:
+        return save(self._snaps, Path(path))
+
+    def __repr__(self) -> str:
+        return f"<dynstep Recording {self.path}: {len(self)} snapshot(s), {len(self.problems)} problem(s)>"
+
+
+def load(path: str | Path) -> Recording:
+    path = Path(path)
+    _check_manifest(path)
+    problems: list[str] = []
+    chunks = _Chunks(path, problems)
+    snaps = []
+    for number, meta in _lines(path / "records.jsonl", problems):
+        try:
+            snaps.append(_snapshot(meta, chunks))
+        except _Invalid as exc:
+            problems.append(f"records.jsonl line {number}: {exc}; line skipped")
+    chunks.report()
+    if problems:
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        warnings.warn(f"dynstep.load({str(path)!r}): {len(snaps)} snapshot(s) loaded, {len(problems)} problem(s): "
+                      f"{shown} (all in Recording.problems)", RuntimeWarning, stacklevel=2)
+    return Recording(snaps, path, tuple(problems))
+
+
+def _check_manifest(path: Path) -> None:
+    manifest = path / "manifest.json"
+    if not path.is_dir() or not manifest.is_file():
+        raise StorageError(f"{path} is not a dynstep recording (no manifest.json); "
+                           "expected a directory written by Session.save or session(path=...)")
+    try:
+        info = json.loads(_read_regular(manifest))
+    except (ValueError, OSError) as exc:
+        raise StorageError(f"{manifest}: not a readable dynstep manifest ({exc}); expected "
+                           f'{{"format": "{FORMAT}", "version": N}}') from None
+    if not isinstance(info, dict) or info.get("format") != FORMAT:
+        raise StorageError(f"{path}: not a dynstep recording (manifest {info!r}); expected format {FORMAT!r}")
+    version = info.get("version")
+    if not isinstance(version, int) or version not in READS:
+        newer = isinstance(version, int) and version > max(READS)
+        raise StorageError(f"{path}: recording format version {version!r} "
+                           + ("was written by a newer dynstep; upgrade dynstep to read it" if newer else
+                              f"is not one this dynstep reads ({', '.join(map(str, READS))})"))
+
+
+def _lines(records: Path, problems: list[str]):
+    """(line number, parsed JSON object) of every complete, parseable line."""
+    if not records.exists():
+        return
+    try:
+        data = _read_regular(records)
+    except OSError as exc:
+        problems.append(f"records.jsonl cannot be read ({exc}); no snapshot loaded")
+        return
+    lines = data.split(b"\n")
+    tail = lines.pop()   # after the last newline: b"" unless the run was cut mid-write
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            yield number, json.loads(raw)
+        except ValueError as exc:
+            problems.append(f"records.jsonl line {number} is not JSON ({exc.__class__.__name__}: {exc}); line skipped")
+    if tail.strip():
+        problems.append(f"ignored {len(tail)} trailing byte(s) of an incomplete last line (a run cut mid-write)")
+
+
+class _Invalid(ValueError):
+    pass
+
+
+def _snapshot(meta: Any, chunks: "_Chunks") -> Snapshot:
+    if not isinstance(meta, dict):
+        raise _Invalid(f"expected a JSON object, got {type(meta).__name__}")
+    values: dict[str, Any] = {}
+    kind = meta.get("kind")
+    if kind not in KINDS:
+        raise _Invalid(f"field 'kind' must be one of {list(KINDS)}, got {kind!r}")
+    values["kind"] = kind
+    for name in _STR_FIELDS:
+        values[name] = _field(meta, name, str)
+    values["call"] = _count(meta, "call")
+    shape = meta.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                              for d in shape):
+        raise _Invalid(f"field 'shape' must be a list of non-negative integers, got {shape!r}")
+    values["shape"] = tuple(shape)
+    values["stats"] = _stats(meta.get("stats"))
+    for name, default in (("site", -1), ("seq", 0)):
+        values[name] = _field(meta, name, int, default)
+    values["source_text"] = _field(meta, "source_text", str, "")
+    values["tensor"] = chunks.tensor(meta.get("tensor"))
+    return Snapshot(**values)
+
+
+def _field(meta: dict, name: str, kind: type, default: Any = ...) -> Any:
+    value = meta.get(name, default)
+    if value is ... or not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+        raise _Invalid(f"field {name!r} must be {kind.__name__}, got {meta.get(name, '<missing>')!r}")
+    return value
+
+
+def _count(meta: dict, name: str) -> int:
+    value = _field(meta, name, int)
+    if value < 0:
+        raise _Invalid(f"field {name!r} must be >= 0, got {value}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, str) and value in ("nan", "inf", "-inf", "NaN", "Infinity", "-Infinity"):
+        return float(value.replace("Infinity", "inf"))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise _Invalid(f"a stats value must be a number (or 'nan', 'inf', '-inf'), got {value!r}")
+
+
+def _stats(raw: Any) -> Stats:
+    if not isinstance(raw, dict):
+        raise _Invalid(f"field 'stats' must be an object with {list(STAT_FIELDS)}, got {raw!r}")
+    out: dict[str, Any] = {}
+    for key in STAT_FIELDS:
+        if key not in raw:
+            continue
+        number = _number(raw[key])
+        if key in ("nan", "inf", "count"):
+            if not math.isfinite(number) or number < 0 or number != int(number):
+                raise _Invalid(f"stats {key!r} must be a non-negative integer, got {raw[key]!r}")
+            out[key] = int(number)
+        else:
+            out[key] = number
+    return Stats(**out)
+
+
+class _Chunks:
+    """Tensors by chunk name, read once each; what cannot be read is reported, not raised."""
+
+    def __init__(self, folder: Path, problems: list[str]) -> None:
+        self.folder, self.problems = folder, problems
+        self.cache: dict[str, dict[str, torch.Tensor] | None] = {}
+        self.missing: dict[str, int] = {}
+
+    def tensor(self, ref: Any) -> torch.Tensor | None:
+        if ref is None:
+            return None
+        if not isinstance(ref, dict) or not isinstance(ref.get("chunk"), str) or not isinstance(ref.get("key"), str):
+            raise _Invalid(f"field 'tensor' must be null or {{'chunk': NAME, 'key': KEY}}, got {ref!r}")
+        name = ref["chunk"]
+        if not CHUNK_NAME.match(name):
+            raise StorageError(f"{self.folder}: a record names the chunk {name!r}, which is not a plain "
+                               "*.safetensors file name inside the recording; refusing to read outside it")
+        tensors = self._load(name)
+        tensor = tensors.get(ref["key"]) if tensors is not None else None
+        if tensor is None:
+            self.missing[name] = self.missing.get(name, 0) + 1
+        return tensor
+
+    def _load(self, name: str) -> dict[str, torch.Tensor] | None:
+        if name not in self.cache:
+            try:
+                from safetensors.torch import load as load_bytes
+
+                self.cache[name] = load_bytes(_read_regular(self.folder / name))
+            except Exception as exc:   # missing, not a regular file, truncated, not safetensors
+                self.cache[name] = None
+                self.problems.append(f"chunk {name} cannot be read ({type(exc).__name__}: {exc})")
+        return self.cache[name]
+
+    def report(self) -> None:
+        for name, count in self.missing.items():
+            self.problems.append(f"{count} snapshot(s) load without their tensor (chunk {name})")
+
+
+def _read_regular(file: Path) -> bytes:
+    """The bytes of `file`, refusing anything but a regular file (no symlink, FIFO, device)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(file, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{file.name} is not a regular file")
+        chunks = []
+        while True:
+            block = os.read(fd, 1 << 20)
+            if not block:
+                return b"".join(chunks)
+            chunks.append(block)
+    finally:
+        os.close(fd)
