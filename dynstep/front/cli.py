@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 # (ok, message), or (ok, message, exit code) for verbs that pass a program's own exit code on
 Result = tuple[bool, str] | tuple[bool, str, int]
@@ -93,7 +94,11 @@ def cmd_diff(args: argparse.Namespace) -> Result:
     script = os.path.abspath(args.script)
     if not os.path.isfile(script):
         return False, f"dynstep diff: no such script {args.script!r}", 2
-    report, script_exit = _diff_script(args, script)
+    try:
+        backend = _backend_arg(args.backend)
+    except ValueError as exc:
+        return False, str(exc), 2
+    report, script_exit = _diff_script(args, script, backend)
     report.show()
     if args.json:
         report.to_json(args.json)
@@ -106,7 +111,7 @@ def cmd_diff(args: argparse.Namespace) -> Result:
     return script_exit == 0, "", script_exit
 
 
-def _diff_script(args: argparse.Namespace, script: str):
+def _diff_script(args: argparse.Namespace, script: str, backend: Any):
     """Run the script under the diff; (report, the script's own exit code)."""
     import os
     import runpy
@@ -114,7 +119,6 @@ def _diff_script(args: argparse.Namespace, script: str):
     from ..eagerdiff.api import config, diffing
     from .diff_show import progress_bar
 
-    backend = _backend_arg(args.backend)
     saved_argv, saved_path = list(sys.argv), list(sys.path)
     sys.argv, sys.path[0:0] = [script, *args.script_args], [os.path.dirname(script)]
     script_exit = 0
@@ -143,7 +147,7 @@ def _backend_arg(text: str):
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"dynstep diff: --backend {text!r}: cannot import {attr!r} from {module!r} ({exc}); "
+        raise ValueError(f"dynstep diff: --backend {text!r}: cannot import {attr!r} from {module!r} ({exc}); "
                          "expected a backend name like 'inductor' or module:attribute") from None
 
 

@@ -96,6 +96,12 @@ def on_probe(x: torch.Tensor, site_id: int) -> None:
     site = SITES.get(site_id)
     if site.hand is not None and not _acts_now(x, site.hand):
         return
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        # The Python kernel reads values on the host: inside a capture that would synchronize a
+        # capturing stream (an error, or a crash in the graph recorder). Say so once; never crash.
+        _warn_once(site, "capture", f"dynstep: probe at {_where(site)}: its {', '.join(site.actions) or 'check'} "
+                   "action cannot run inside CUDA graph capture for this value; skipped at replay")
+        return
     reason = unsupported_reason(x)
     if reason is not None:
         _skip(site, reason)

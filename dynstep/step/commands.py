@@ -120,6 +120,9 @@ class StepperCommands(CommandSet):
         if not isinstance(result, (torch.Tensor, int, float, bool, list, tuple)):
             raise ValueError(f"cannot write a {type(result).__name__} into {label} ({what}); expected a tensor or "
                              "a number, e.g. set value = value.clamp(-1, 1) or set value = 0")
+        if isinstance(result, torch.Tensor) and result.is_complex() and not x.is_complex():
+            raise ValueError(f"cannot write a complex tensor into {label} ({what}): the imaginary part would be "
+                             "dropped; write result.real or result.abs() if that is what you mean")
         try:
             new = torch.as_tensor(result, dtype=x.dtype, device=x.device)
         except (TypeError, ValueError, RuntimeError) as exc:
