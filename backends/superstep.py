@@ -114,7 +114,7 @@ def _with_probes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: 
     plan = probe_pass.ProbePlan.build(opts, graph_id, inner_has_aot=hooked)
     if not hooked:
         probe_pass.warn_aten_without_aot(plan, opts.inner_name)
-    probe_pass.insert_probes(gm, plan, aten_level=False)
+    sites = probe_pass.insert_probes(gm, plan, aten_level=False)
     _compat.trace_artifact("dynstep_probed_graph", lambda: gm.print_readable(print_output=False))
     if opts.inner == "eager":
         return probe_pass.direct_probe_calls(gm).forward
@@ -125,8 +125,38 @@ def _with_probes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: 
         return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
                                         rewrite=lambda g, is_backward: probe_pass.direct_probe_calls(
                                             rewrite(g, is_backward=is_backward)))
-    return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
-                                    rewrite=lambda g, is_backward: rewrite(g, is_backward=is_backward))
+    compiled = inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
+                                        rewrite=lambda g, is_backward: rewrite(g, is_backward=is_backward))
+    return _checked_after_replay(compiled, sites, opts, example_inputs)
+
+
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def _checked_after_replay(compiled: Callable[..., Any], sites: list, opts: Options,
+                          example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """`nan` checks inside a replayed CUDA graph cannot enter Python: the device flags non-finite
+    values and, after each call, the first flagged node in graph order is reported as outside
+    capture (this synchronizes the device once per call, in nan mode only). A NaN in a gradient is
+    reported at the next call."""
+    nan_sites = [s.id for s in sites if "nan" in s.actions]
+    on_cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+    if not (nan_sites and on_cuda and opts.mode in CUDA_GRAPH_MODES):
+        return compiled
+    from dynstep.probe import rings
+
+    def after(out: Any) -> Any:
+        torch.cuda.synchronize()
+        rings.raise_first_nonfinite(nan_sites)
+        return out
+
+    if getattr(compiled, "_boxed_call", False):   # Dynamo calls boxed callables with one list of inputs
+        def checked_boxed(args: list) -> Any:
+            return after(compiled(args))
+
+        checked_boxed._boxed_call = True  # type: ignore[attr-defined]
+        return checked_boxed
+    return lambda *args: after(compiled(*args))
 
 
 def superstep(**options: Any) -> Callable[..., Any]:

@@ -270,6 +270,13 @@ def _nonfinite(site: Site, nan: int, inf: int, x: torch.Tensor, call: int) -> No
                          module=site.module, graph=site.graph, nan=nan, inf=inf)
 
 
+def nonfinite_at_replay(site: Site, nan: int, inf: int, call: int) -> None:
+    """A NaN/Inf the device found inside a replayed CUDA graph: reported with the same message as a
+    check outside capture; `nan="stop"` stops here, after the replay, without the value (the graph's
+    memory holds it, and later nodes may have reused it)."""
+    _nonfinite(site, nan, inf, torch.empty(0), call)
+
+
 def _where(site: Site) -> str:
     return f"{site.node} ({site.source or site.graph})"
 
