@@ -32,7 +32,12 @@ Sink = Callable[[object], None]
 
 
 class Frontend(Protocol):
-    """Answers a stop: shows it and feeds command lines to `stepper.execute` until one resumes."""
+    """Answers a stop: shows it and feeds command lines to `stepper.execute` until one resumes.
+
+    Optional: `read(prompt) -> str | None` (one command line: the compile-time stop of
+    dynstep.breakpoint() reads its commands through it), or `compile_stop(stop, fake_locals)` (a
+    front end that answers that stop its own way, e.g. a debugger frame holding the fake locals).
+    """
 
     def run(self, stepper: "Stepper", stop: "Stop | None") -> None: ...
 

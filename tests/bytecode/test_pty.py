@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
 import pytest
 
 pexpect = pytest.importorskip("pexpect")
 
 from dynstep import _compat  # noqa: E402
+
+from ..conftest import spawn_dynstep  # noqa: E402
 
 pytestmark = pytest.mark.skipif(_compat.bytecode_hooks_missing() is not None,
                                 reason=str(_compat.bytecode_hooks_missing()))
@@ -21,13 +22,7 @@ PROMPT = re.escape("(dynstep) ")
 
 
 def spawn():
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "TERM": "dumb",
-           "NO_COLOR": "1", "COLUMNS": "160", "HOME": os.environ.get("TMPDIR", "/tmp"),
-           "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/tmp/dynstep-inductor-cache")}
-    env.pop("DYNSTEP_COMMANDS", None)
-    args = ["-m", "dynstep", "run", "--step-bytecode", os.path.join(ROOT, "examples", "bytecode_story.py")]
-    return pexpect.spawn(sys.executable, args, cwd=ROOT, env=env, encoding="utf-8", timeout=120,
-                         dimensions=(50, 160))
+    return spawn_dynstep("run", "--step-bytecode", os.path.join(ROOT, "examples", "bytecode_story.py"))
 
 
 def test_repl_steps_bytecode_into_the_graph_and_back():
