@@ -1,5 +1,6 @@
 """The bytecode stepper's terminal REPL through a real pseudo-terminal:
-`dynstep run --step-bytecode examples/bytecode_story.py`, typed commands, the screen read back."""
+`dynstep run --step-bytecode examples/bytecode_story.py`, typed commands, the screen read back
+(once per mechanism: the subprocess inherits DYNSTEP_BYTECODE_MECHANISM from the fixture)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,7 @@ import pytest
 
 pexpect = pytest.importorskip("pexpect")
 
-from dynstep import _compat  # noqa: E402
-
-pytestmark = pytest.mark.skipif(_compat.bytecode_hooks_missing() is not None,
-                                reason=str(_compat.bytecode_hooks_missing()))
+pytestmark = pytest.mark.usefixtures("mechanism")    # each test once per mechanism (conftest.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPT = re.escape("(dynstep) ")
