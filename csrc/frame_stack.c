@@ -1,8 +1,8 @@
 /* dynstep_frame_stack: read a running Python frame's value stack (CPython 3.11, 3.12, 3.13).
  *
- * The bytecode stepper shows the real value stack at each instruction (`stack`). torch >= 2.13 has
- * a helper for it (torch._C._dynamo.eval_frame._get_frame_value_stack_with_depth); older torch
- * (2.11, 2.12) has none, so dynstep builds this file on first use with the running interpreter's
+ * The bytecode stepper shows the real value stack at each instruction (`stack`). torch >= 2.12 has
+ * a helper for it (torch._C._dynamo.eval_frame._get_frame_value_stack_with_depth); torch 2.11 has
+ * none, so dynstep builds this file on first use with the running interpreter's
  * own headers (dynstep/bytecode/framestack.py) and calls value_stack(frame, depth).
  *
  * Why the depth comes from the caller: the interpreter keeps its stack pointer in a C local and

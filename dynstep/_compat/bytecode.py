@@ -1,7 +1,7 @@
 """The bytecode stepper's hooks into Dynamo: its code callbacks, value stacks, cache entries, guards.
 
 Two ways to learn which code objects Dynamo produced, chosen by `dynstep.bytecode.mechanism`:
-torch's bytecode-debugger callback (torch 2.13: `set_dynamo_code_callback`, called before each
+torch's bytecode-debugger callback (torch 2.12+: `set_dynamo_code_callback`, called before each
 such code object runs) and, on every torch dynstep supports, Dynamo's bytecode hook
 (`register_dynamo_bytecode_hook`, called as each one is made) plus the ones made before
 (`dynamo_output_codes`).
@@ -22,14 +22,15 @@ BYTECODE_HOOKS = ("set_bytecode_debugger_callback", "get_bytecode_debugger_callb
 
 def bytecode_hooks_missing() -> str | None:
     """None when torch has its bytecode-debugger hooks (BYTECODE_HOOKS), else which are missing
-    (torch 2.11 has none of them; torch 2.13 has all: they came with torch/_dynamo/bytecode_debugger.py)."""
+    (torch 2.11 has none of them; torch 2.12 and 2.13 have all: they came with
+    torch/_dynamo/bytecode_debugger.py)."""
     import torch._C._dynamo.eval_frame as eval_frame
 
     missing = [name for name in BYTECODE_HOOKS if not hasattr(eval_frame, name)]
     if not missing:
         return None
     return (f"torch {torch.__version__} lacks torch._C._dynamo.eval_frame.{', '.join(missing)} "
-            "(torch's bytecode debugger hooks, present in torch 2.13)")
+            "(torch's bytecode debugger hooks, present from torch 2.12)")
 
 
 def set_dynamo_code_callback(fn: Callable[[Any], None] | None) -> Callable[[Any], None] | None:

@@ -4,8 +4,8 @@
     framestack.read(frame, depth)     # the value stack, bottom first; NULL slots as "<NULL>"
     framestack.status()               # FrameStackStatus(loaded=..., reason=..., path=...): `dynstep doctor`
 
-torch 2.13 reads a frame's value stack with `_get_frame_value_stack_with_depth`; torch 2.11 and
-2.12 have no such helper, so the bytecode stepper uses this one there (and wherever
+torch 2.12 and 2.13 read a frame's value stack with `_get_frame_value_stack_with_depth`; torch
+2.11 has no such helper, so the bytecode stepper uses this one there (and wherever
 DYNSTEP_BYTECODE_MECHANISM=hook asks for it). It is a plain CPython extension, not a torch one:
 the C file includes the interpreter's internal frame header (Include/internal/pycore_frame.h),
 whose layout differs per minor version, so it is compiled by the running interpreter's own

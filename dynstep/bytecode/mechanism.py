@@ -3,7 +3,7 @@
 Three questions, each answered once when `step_bytecode()` opens (and by `dynstep doctor`):
 
     which code objects did Dynamo produce?
-        "callback": torch's bytecode-debugger callback (torch 2.13), called before each one runs,
+        "callback": torch's bytecode-debugger callback (torch 2.12+), called before each one runs,
                     also for code compiled before the stepper started;
         "hook":     Dynamo's bytecode hook (`register_bytecode_hook`, every torch dynstep supports),
                     called as each one is made, plus Dynamo's record of those made before.

@@ -199,7 +199,7 @@ class BytecodeStepper(Commands):
 
 def _resume_note(here: Here) -> str:
     """At ``LOAD_GLOBAL __resume_at_164_3``: which part of the user's function that resume function is."""
-    name = here.row.argrepr.replace("NULL + ", "")
+    name = here.row.argrepr.replace("NULL + ", "").replace(" + NULL", "")     # 3.13 pushes the NULL after
     if here.row.opname != "LOAD_GLOBAL" or not name.startswith("__resume_at"):
         return ""
     fn = here.frame.f_globals.get(name)

@@ -1,7 +1,7 @@
 """The bytecode stepper's tests run once per mechanism this torch offers (`dynstep.bytecode.mechanism`).
 
-On torch 2.13 that is twice: torch's bytecode-debugger callback with torch's stack reader, and
-Dynamo's bytecode hook with dynstep's native reader (what torch 2.11 and 2.12 get), forced through
+On torch 2.12 and 2.13 that is twice: torch's bytecode-debugger callback with torch's stack reader, and
+Dynamo's bytecode hook with dynstep's native reader (what torch 2.11 gets), forced through
 DYNSTEP_BYTECODE_MECHANISM, which subprocesses (`dynstep run --step-bytecode`, the pty REPL)
 inherit. On a torch without the callback only the hook runs: no test is skipped for a missing hook.
 """

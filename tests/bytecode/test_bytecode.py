@@ -1,7 +1,7 @@
 """The bytecode stepper through scripted commands: what a user sees (events) at each stop, on a
 function with side effects (a dict update, a list append) and a graph break. Every test runs once
 per mechanism this torch offers (conftest.py): torch's debugger callback and stack reader, and
-Dynamo's bytecode hook with dynstep's native reader (what torch 2.11 and 2.12 get)."""
+Dynamo's bytecode hook with dynstep's native reader (what torch 2.11 gets)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Which mechanism the bytecode stepper runs on (dynstep/bytecode/mechanism.py), what a torch without
-torch's debugger hooks (2.11, 2.12) gets, what one with no hook at all gets, and doctor's lines."""
+torch's debugger hooks (2.11) gets, what one with no hook at all gets, and doctor's lines."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def test_repl_steps_bytecode_into_the_graph_and_back():
     child.expect(r"entered Dynamo code · f \(transformed by Dynamo\) · #\d+ .*graph call")
     child.expect(PROMPT)
     child.sendline("l")
-    child.expect(r"→\s+#\d+\s+\[\s*\d+\] LOAD_GLOBAL NULL \+ __compiled_fn")
+    child.expect(r"→\s+#\d+\s+\[\s*\d+\] LOAD_GLOBAL (NULL \+ )?__compiled_fn")    # 3.13: "__compiled_fn… + NULL"
     child.expect(PROMPT)
     child.sendline("b graph")
     child.expect("breakpoint at every graph call")
