@@ -65,14 +65,11 @@ def _kernel_note(name: str, keys: list[str], native_reason: str) -> str:
 
 
 def _features(lines: list[str]) -> None:
-    from .. import _compat
     from ..ops import native
     from ..probe import fastpath, switch
 
     lines.append(f"Inductor's wrapper calls dynstep::probe by: {fastpath.status()}")
-    missing = _compat.bytecode_hooks_missing()
-    lines.append("bytecode stepper (step_bytecode, dynstep run --step-bytecode): " +
-                 ("available" if missing is None else f"unavailable: {missing}"))
+    _bytecode(lines)
     lines.append(f"probes: {'enabled' if switch.enabled() else 'disabled'} "
                  "(dynstep.probes.enable()/disable(), DYNSTEP_PROBES=0)")
     mod = native.get()
@@ -80,3 +77,20 @@ def _features(lines: list[str]) -> None:
         held, cap = mod.memory()
         lines.append(f"record memory: {held} bytes held in native rings, cap {cap} bytes "
                      "(dynstep.set_record_memory_cap; oldest records dropped first)")
+
+
+def _bytecode(lines: list[str]) -> None:
+    """Which mechanism the bytecode stepper uses on this torch and Python, and the native stack reader."""
+    from ..bytecode import framestack, mechanism
+
+    missing = mechanism.unavailable()
+    chosen = mechanism.choose() if missing is None else None
+    lines.append("bytecode stepper (step_bytecode, dynstep run --step-bytecode): " +
+                 (f"available: {chosen.describe()}" if chosen is not None else f"unavailable: {missing}"))
+    framestack.load()      # what the `stack` command would build on a torch without its own reader
+    st = framestack.status()
+    use = ("used by the stepper here" if chosen is not None and chosen.stack == "native" else
+           f"not used here: torch reads the stack itself ({mechanism.ENV}=hook uses it)" if chosen is not None
+           else "the stepper cannot run here")
+    lines.append(f"  native value-stack reader (csrc/frame_stack.c): {'loaded' if st.loaded else 'not loaded'}, "
+                 f"{use} ({st.reason})")

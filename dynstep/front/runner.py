@@ -115,9 +115,9 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
         step_bytecode: bool = False) -> int:
     """Run a script (or ``-m`` module) as ``__main__``; returns its exit code."""
     if step_bytecode:
-        from .. import _compat
+        from ..bytecode.mechanism import unavailable
 
-        missing = _compat.bytecode_hooks_missing()
+        missing = unavailable()
         if missing is not None:
             print(f"dynstep run --step-bytecode: the bytecode stepper cannot run here: {missing}",
                   file=sys.stderr)
