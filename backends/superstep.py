@@ -71,7 +71,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     if (opts.probe or opts.nan) and not switch.specialize():
         # dynstep.probes.disable(): this variant has no probe at all (a guard recompiles on a flip)
         opts = dataclasses.replace(opts, probe=(), nan=None)
-    if opts.transparent:
+    if opts.transparent and not pause_pass.wants_pauses(opts):
         return _plain(gm, example_inputs, opts)
     graph_id = gi.graph_id(gm, _compat.current_compile_id())
     if pause_pass.wants_pauses(opts) or opts.nan == "stop":
