@@ -66,7 +66,7 @@ class Client(DapClient):
             self.invalid.append(f"{definition(msg)}: {exc.message} in {json.dumps(msg)[:300]}")
 
     def send(self, command: str, arguments: dict | None = None):
-        request = {"seq": 1, "type": "request", "command": command, **({"arguments": arguments} if arguments else {})}
+        request = {"seq": 1, "type": "request", "command": command, **({"arguments": arguments} if arguments is not None else {})}
         validate(request)
         return super().send(command, arguments)
 
