@@ -200,22 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help=cmd_doctor.__doc__)
     run = sub.add_parser("run", help=cmd_run.__doc__,
                          usage="dynstep run [options] SCRIPT [ARGS...] | dynstep run [options] -m MODULE [ARGS...]")
-    run.add_argument("-m", dest="module", default=None, help="run a module as a script (like python -m)")
-    run.add_argument("--probe", action="append", default=[], help="probe selector (repeatable)")
-    run.add_argument("--pause", action="append", default=[], help="pause selector (repeatable)")
-    run.add_argument("--commands", default=None, help='scripted stepper commands: "p value.mean(); s; c"')
-    run.add_argument("--frontend", default=None, choices=["repl", "script", "pdb"], help="who answers a stop")
-    run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
-    run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
-    run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
-    run.add_argument("--step-bytecode", action="store_true",
-                     help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
-    run.add_argument("--dap", metavar="[HOST:]PORT", default=None,
-                     help="serve the Debug Adapter Protocol (VS Code, dynstep attach); default host 127.0.0.1")
-    run.add_argument("--wait", action="store_true", help="with --dap: hold the script until a client attaches")
-    run.add_argument("--dap-token", default=None, help="with --dap: the token clients must give (needed off loopback)")
-    run.add_argument("script", nargs="?", help="the script to run")
-    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    _run_arguments(run)
     attach = sub.add_parser("attach", help=cmd_attach.__doc__)
     attach.add_argument("address", metavar="HOST:PORT", help="where `dynstep run --dap` listens (e.g. localhost:5679)")
     attach.add_argument("--token", default=os.environ.get("DYNSTEP_DAP_TOKEN"),
@@ -233,6 +218,25 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--calls", type=int, default=1, help="diff the first N calls of each graph (default: 1)")
     diff.add_argument("--no-ladder", action="store_true", help="skip the backends ladder")
     return parser
+
+
+def _run_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument("-m", dest="module", default=None, help="run a module as a script (like python -m)")
+    run.add_argument("--probe", action="append", default=[], help="probe selector (repeatable)")
+    run.add_argument("--pause", action="append", default=[], help="pause selector (repeatable)")
+    run.add_argument("--commands", default=None, help='scripted stepper commands: "p value.mean(); s; c"')
+    run.add_argument("--frontend", default=None, choices=["repl", "script", "pdb"], help="who answers a stop")
+    run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
+    run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
+    run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
+    run.add_argument("--step-bytecode", action="store_true",
+                     help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
+    run.add_argument("--dap", metavar="[HOST:]PORT", default=None,
+                     help="serve the Debug Adapter Protocol (VS Code, dynstep attach); default host 127.0.0.1")
+    run.add_argument("--wait", action="store_true", help="with --dap: hold the script until a client attaches")
+    run.add_argument("--dap-token", default=None, help="with --dap: the token clients must give (needed off loopback)")
+    run.add_argument("script", nargs="?", help="the script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
 
 
 VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
