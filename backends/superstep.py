@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -61,6 +62,10 @@ def checked(opts: Options) -> Options:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
+    if os.environ.get("DYNSTEP_DAP"):   # serve the Debug Adapter Protocol from the first compile on
+        from dynstep.remote.api import serve_from_env
+
+        serve_from_env()
     if opts.diff:
         # diff the graph as Dynamo gave it (before any probe), then run it as the other options say
         from dynstep.eagerdiff.api import superstep_diff

@@ -48,3 +48,13 @@ def test_addresses(address):
     from dynstep.remote.api import parse_address
 
     assert parse_address(address)[1] == 5679 and parse_address(address)[0] in ("::1", "localhost", "127.0.0.1")
+
+
+def test_dynstep_dap_in_the_environment_serves_from_the_first_superstep_compile(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("import torch\nf = torch.compile(lambda x: x.relu() + 1, backend='superstep',\n"
+                      "                  options={'inner': 'eager'})\nprint(f(torch.ones(2)).tolist())\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=str(ROOT), env={**env(), "DYNSTEP_DAP": "0"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "[2.0, 2.0]\n", proc.stderr
+    assert re.search(r"debug adapter listening on 127\.0\.0\.1:\d+", proc.stderr)
