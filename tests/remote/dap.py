@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -97,11 +98,24 @@ def start_program(*args: str, extra_env: dict[str, str] | None = None, cwd: str 
         seen.append(line)
         m = re.search(r"debug adapter listening on [\d.]+:(\d+)", line)
         if m:
+            drain(proc, seen)
             return proc, int(m.group(1))
         if not line and proc.poll() is not None:
             break
     proc.kill()
     raise AssertionError("the program did not start its DAP server:\n" + "".join(seen))
+
+
+def drain(proc: subprocess.Popen, lines: list[str]) -> None:
+    """Keep reading the program's stderr (a full pipe would block it); `proc.err()` is all of it so far."""
+    thread = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    thread.start()
+
+    def err(timeout: float = 60) -> str:
+        thread.join(timeout)
+        return "".join(lines)
+
+    proc.err = err   # type: ignore[attr-defined]
 
 
 def free_port() -> int:

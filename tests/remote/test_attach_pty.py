@@ -45,8 +45,9 @@ def test_attach_drives_a_remote_program_from_a_terminal(tmp_path):
         child.expect(pexpect.EOF)
     finally:
         child.close()
-        out = proc.communicate(timeout=60)[0]
-    assert child.exitstatus == 0
+        proc.wait(60)
+        out = proc.stdout.read()
+    assert child.exitstatus == 0, proc.err()
     assert proc.returncode == 0 and "changed by the debugger" in out
 
 
@@ -65,5 +66,6 @@ def test_attach_to_a_running_program_pause_with_ctrl_c_and_quit(tmp_path):
         child.expect(pexpect.EOF)
     finally:
         child.close()
-        err = proc.communicate(timeout=60)[1]
+        proc.wait(60)
+        err = proc.err()
     assert proc.returncode == 1 and "terminated by the debug client" in err

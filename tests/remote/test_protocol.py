@@ -239,14 +239,18 @@ def test_fuzz_never_hangs_the_program_nor_loses_records(server):
     every answer is a schema-valid message (an error response, or the connection closed), the
     program keeps running, and every probe hit is recorded."""
     fn = torch.compile(lambda x: torch.relu(x) * 2, backend=dynstep.superstep(
-        inner="eager", probe=["op:relu"], actions=["record"], record=100_000))
+        inner="eager", probe=["op:relu"], actions=["record"], record=MAX_CALLS))
     fuzzing, calls = threading.Event(), [0]
     fuzzing.set()
     with dynstep.session() as session:
+        fn(torch.randn(8))                                # compiled before the fuzzing starts
+        calls[0] += 1
+
         def program():
-            while fuzzing.is_set() or calls[0] < 50:
+            while (fuzzing.is_set() and calls[0] < MAX_CALLS) or calls[0] < 50:
                 fn(torch.randn(8))
                 calls[0] += 1
+                time.sleep(0.0005)   # a program that also does other things: the fuzzer gets the GIL too
 
         worker = threading.Thread(target=program)
         worker.start()
@@ -255,10 +259,11 @@ def test_fuzz_never_hangs_the_program_nor_loses_records(server):
         worker.join(60)
     assert sent >= 300 and not worker.is_alive()
     assert answers and all(not m.get("success", True) or m["command"] in _VALID for m in answers)
-    assert len(session.records("op:relu")) == calls[0] > 50
+    assert len(session.records("op:relu")) == calls[0] >= 50
     alive(server.port)
 
 
+MAX_CALLS = 20_000
 _VALID = {"initialize", "attach", "threads", "setBreakpoints", "setFunctionBreakpoints", "pause"}
 
 
