@@ -53,6 +53,7 @@ class BytecodeStepper(Commands):
         self.graph_call: _GraphCall | None = None
         self.detached = frontend is None
         self.current: Here | None = None
+        self.stop_reason, self.stop_note = "", ""
         self.user_vars: dict[str, Any] = {}
         self.list_start: int | None = None
         self.visited: list[types.CodeType] = []   # code objects seen, in first-run order
@@ -160,6 +161,7 @@ class BytecodeStepper(Commands):
     def _stop(self, here: Here, reason: str, note: str = "") -> None:
         self.stopped_once = True
         self.current = here
+        self.stop_reason, self.stop_note = reason, note   # for front ends that show the stop themselves
         self.list_start = None
         self.mode = "continue"
         info, row = here.info, here.row

@@ -88,9 +88,6 @@ def _dap_options(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
     address = args.dap or os.environ.get("DYNSTEP_DAP", "").strip() or None
     if address is None:
         return None, "--wait and --dap-token go with --dap PORT" if args.wait or args.dap_token else ""
-    if args.step_bytecode:
-        return None, ("--step-bytecode is not available over --dap yet (the bytecode stepper answers in a "
-                      "terminal); use one or the other")
     try:
         host, _ = parse_address(address)
     except OptionsError as exc:

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import _compat
+from ..bytecode.stepper import BytecodeStepper
 from ..core.errors import Abort
 from ..step.compile_stop import CompileStop
 from ..step.stepper import Stepper, Stop
+from .bytecodeview import BytecodeStopView, resume_command
 from .compileview import CompileStopView
 from .stopview import StopView, python_frames
 from .texts import event_text
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIP_DIRS = (os.path.dirname(torch.__file__), _PKG, os.path.join(os.path.dirname(_PKG), "backends"))
-STEPPER_COMMAND = {"continue": "continue", "step": "step", "next": "next", "out": "out"}
+STEPPER_COMMAND = {"continue": "continue", "next": "step", "stepIn": "next", "stepOut": "out"}   # DAP -> stepper
 
 
 class DapFrontend:
@@ -60,7 +62,10 @@ class DapFrontend:
         self._pending.info = (reason, description, [bp.id for bp in stopping])
         return stop.reason if stop.reason != "break" or stopping or _repl_break(stepper, stop) else "step"
 
-    def run(self, stepper: Stepper, stop: Stop) -> None:
+    def run(self, stepper: Stepper | BytecodeStepper, stop: Stop | None) -> None:
+        if isinstance(stepper, BytecodeStepper):
+            return self._bytecode_stop(stepper)
+        assert stop is not None
         reason, description, hit_ids = getattr(self._pending, "info", ("pause", "", []))
         self._pending.info = None
         body: dict[str, Any] = {"reason": reason, "threadId": self.server.thread_id(), "allThreadsStopped": False,
@@ -70,11 +75,27 @@ class DapFrontend:
         if stop.note:
             body["text"] = stop.note
         view = StopView(stepper, stop, self.server.sources, python_frames(_skip_dirs()))
-        action = self.server.hold(view, body)
-        if action == "terminate":
+        command, _ = self.server.hold(view, body)
+        if command == "terminate":
             raise Abort(f"terminated by the debug client at node {stop.site.node} ({stop.site.target}) in graph "
                         f"{stop.site.graph}, {stop.site.source or 'no source line'}")
-        stepper.execute(STEPPER_COMMAND[action])
+        stepper.execute(STEPPER_COMMAND[command])
+
+    def _bytecode_stop(self, stepper: BytecodeStepper) -> None:
+        """A stop before an instruction of Dynamo's bytecode; without a client the program runs on."""
+        server = self.server
+        here = stepper.current
+        if not server.attached() or here is None:
+            return
+        reason = {"entry": "entry", "break": "breakpoint"}.get(stepper.stop_reason, "step")
+        body = {"reason": reason, "threadId": server.thread_id(), "allThreadsStopped": False,
+                "description": f"{here.row.text()} in {here.info.title}"
+                               + (f" ({stepper.stop_note})" if stepper.stop_note else "")}
+        view = BytecodeStopView(stepper, server.sources, python_frames(_skip_dirs()))
+        command, args = server.hold(view, body)
+        if command == "terminate":
+            raise Abort(f"terminated by the debug client at {here.row.text()} in {here.info.title}")
+        stepper.execute(resume_command(command, args))
 
     def compile_stop(self, stop: CompileStop, fakes: dict[str, Any]) -> None:
         if not self.server.attached():
@@ -82,7 +103,7 @@ class DapFrontend:
         body = {"reason": "compile-time", "threadId": self.server.thread_id(), "allThreadsStopped": False,
                 "description": f"compile-time stop at {stop.location} (compile {stop.compile_id})"}
         view = CompileStopView(stop, fakes, self.server.sources, python_frames(_skip_dirs()))
-        if self.server.hold(view, body) == "terminate":
+        if self.server.hold(view, body)[0] == "terminate":
             raise Abort(f"terminated by the debug client at the compile-time stop at {stop.location}")
 
     def __repr__(self) -> str:

@@ -30,6 +30,7 @@ CAPABILITIES = {
     "supportsConditionalBreakpoints": True, "supportsHitConditionalBreakpoints": True, "supportsLogPoints": True,
     "supportsEvaluateForHovers": True, "supportsSetVariable": True, "supportsSetExpression": True,
     "supportsExceptionInfoRequest": True, "supportsDelayedStackTraceLoading": True,
+    "supportsDisassembleRequest": True, "supportsSteppingGranularity": True,
     "supportTerminateDebuggee": True, "supportsTerminateRequest": True,
     "exceptionBreakpointFilters": [{"filter": "nan", "label": "NaN/Inf in a compiled graph", "default": True,
                                     "description": "stop at the first node whose value is not finite "

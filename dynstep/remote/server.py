@@ -14,7 +14,7 @@ A malformed frame closes the connection; a malformed request gets an error respo
 ever raises into the program or blocks it. When the client goes away mid-stop the program runs on.
 
     server = DapServer("127.0.0.1", 5679)          # a non-loopback host needs token=...
-    action = server.hold(view, thread_id)          # program thread: "continue", "step", ... or "terminate"
+    command, args = server.hold(view, stopped)     # program thread: "continue", "next", ... or "terminate"
     server.program_exited(0)                       # exited + terminated, then close
 """
 
@@ -36,8 +36,8 @@ SESSION_COMMANDS = frozenset({"initialize", "attach", "launch", "setBreakpoints"
                               "setExceptionBreakpoints", "configurationDone", "threads", "pause", "source",
                               "terminate", "disconnect"})
 STOP_COMMANDS = frozenset({"stackTrace", "scopes", "variables", "evaluate", "setVariable", "setExpression",
-                           "exceptionInfo", "continue", "next", "stepIn", "stepOut"})
-RESUME = {"continue": "continue", "next": "step", "stepIn": "next", "stepOut": "out"}   # DAP -> stepper
+                           "exceptionInfo", "disassemble", "continue", "next", "stepIn", "stepOut"})
+RESUME = frozenset({"continue", "next", "stepIn", "stepOut"})
 
 
 class Held:
@@ -69,28 +69,30 @@ class DapServer(SessionRequests):
     def attached(self) -> bool:
         return self.state == "configured" and self.conn is not None
 
-    def hold(self, view: Any, stopped: dict[str, Any]) -> str:
-        """Send `stopped` and answer requests on this (the program's) thread until one resumes."""
+    def hold(self, view: Any, stopped: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Send `stopped` and answer requests on this (the program's) thread until one resumes:
+        (the resume request's command and arguments), ("continue", {}) when the client went away,
+        ("terminate", {}) when it ended the program."""
         held = Held(view, stopped["threadId"])
         with self.lock:
             conn = self.conn
             if conn is None or not self.attached():
-                return "continue"
+                return "continue", {}
             self.held = held
         self.event("stopped", stopped, conn)
-        action = "continue"
+        action: tuple[str, dict[str, Any]] = ("continue", {})
         untraced = _untrace_for_debugpy()
         try:
             while (item := held.inbox.get()) is not None:
                 command, req, args = item
                 if command in RESUME:
                     self.respond(conn, req, {"allThreadsContinued": False} if command == "continue" else None)
-                    action = RESUME[command]
+                    action = (command, args)
                     break
                 self._answer(conn, req, lambda: getattr(view, "stop_" + command)(args))
         finally:
             self._release(conn, held, untraced)
-        return "terminate" if self.terminating else action
+        return ("terminate", {}) if self.terminating else action
 
     def _release(self, conn: Connection, held: Held, untraced: bool) -> None:
         with self.lock:

@@ -101,6 +101,10 @@ class View:
         children = kids.children(flt, _int(args.get("start"), 0), _int(args.get("count"), 0) or None)
         return {"variables": [self.variable(c.name, c.value, c.evaluate_name) for c in children]}
 
+    def stop_disassemble(self, args: dict[str, Any]) -> dict[str, Any]:
+        raise DapError("disassemble works at a stop in Dynamo's bytecode (dynstep run --step-bytecode --dap); "
+                       "a compiled graph's listing is the frame's source")
+
     def frame(self, frame_id: Any) -> Any:
         if frame_id is None:
             return NodeFrame()

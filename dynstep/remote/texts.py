@@ -6,14 +6,15 @@
 
 from __future__ import annotations
 
+from ..bytecode.events import BytecodeStopped
 from ..core.events import (CommandFailed, CompileViewShown, Evaluated, GraphShown, HelpShown, Info, ProbePrinted,
                            Resumed, Stopped, Warning_, WhereShown)
 
 
 def event_text(event: object) -> str | None:
     """One event as text (no trailing newline), or None for events a DAP client gets otherwise."""
-    if isinstance(event, (Stopped, Resumed)):
-        return None
+    if isinstance(event, (Stopped, Resumed, BytecodeStopped)):
+        return None   # the client gets a `stopped` event
     if isinstance(event, ProbePrinted):
         s = event.snapshot
         st = s.stats

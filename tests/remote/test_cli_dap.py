@@ -30,7 +30,6 @@ def test_dap_options_from_flags_and_environment(monkeypatch):
     assert "go with --dap" in options(["--wait"], monkeypatch)[1]
     assert "PORT or HOST:PORT" in options(["--dap", "localhost:x"], monkeypatch)[1]
     assert options(["--dap", "0.0.0.0:5679", "--dap-token", "t"], monkeypatch)[0]["token"] == "t"
-    assert "not available over --dap" in options(["--dap", "5679", "--step-bytecode"], monkeypatch)[1]
 
 
 def test_off_loopback_a_token_is_made_up_and_printed_and_the_exit_code_is_kept(tmp_path):

@@ -156,3 +156,39 @@ def test_without_a_client_the_program_runs_as_if_no_debugger_were_there():
         assert server.port > 0 and not server.attached()
     finally:
         stop_serving(None)
+
+
+def _bytecode_target(x):
+    y = torch.sin(x) + 1
+    return y * 2
+
+
+def test_bytecode_stepping_over_dap_instructions_disassembly_and_into_the_graph(served):
+    c = served
+    c.request("configurationDone")
+    fn = torch.compile(_bytecode_target, backend="eager")
+
+    def program():
+        with dynstep.step_bytecode():
+            return fn(torch.ones(3))
+
+    thread, out = run_in_thread(program)
+    stopped, frames = stop_and_frames(c)
+    assert stopped["reason"] == "entry" and frames[0]["source"]["name"].endswith(".bytecode.py")
+    pointer = frames[0]["instructionPointerReference"]
+    listing = c.request("disassemble", {"memoryReference": pointer, "instructionOffset": 0, "instructionCount": 3})
+    assert len(listing["instructions"]) == 3 and listing["instructions"][0]["address"] == pointer
+    names = [s["name"] for s in c.request("scopes", {"frameId": frames[0]["id"]})["scopes"]]
+    assert names[0] == "Locals" and names[-1] == "Instruction"
+    c.request("next", {"threadId": stopped["threadId"], "granularity": "instruction"})
+    _, after = stop_and_frames(c)
+    assert after[0]["instructionPointerReference"] != pointer             # one instruction further
+    for _ in range(60):                                                    # stepIn until inside the graph
+        c.request("stepIn", {"threadId": stopped["threadId"]})
+        _, frames = stop_and_frames(c)
+        if "graph" in frames[0]["source"]["name"]:
+            break
+    assert frames[0]["name"].startswith("sin = ")                          # node level, in the compiled graph
+    c.request("continue", {"threadId": stopped["threadId"]})
+    thread.join(60)
+    assert torch.allclose(out["result"], (torch.sin(torch.ones(3)) + 1) * 2) and c.invalid == []
