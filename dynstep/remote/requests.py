@@ -17,6 +17,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..core.events import Warning_, emit
+from ..step.graphs import GRAPHS
 from ..step.stepper import STEPPER
 from .breakpoints import Breakpoints
 from .protocol import ANSWERED, DapError
@@ -61,7 +62,11 @@ class SessionRequests:
         self.exited = False
         self.terminating = False
         self.thread_ids: dict[int, tuple[int, str]] = {}
+        GRAPHS.listen(self._compiled_here)   # a thread that compiles a graph runs compiled code
         self.reset_session()
+
+    def _compiled_here(self, entry: object) -> None:
+        self.thread_id()
 
     def reset_session(self) -> None:
         self.state = "none"                    # none -> initialized -> attached -> configured
@@ -70,7 +75,8 @@ class SessionRequests:
         self.breakpoints.clear()
 
     def thread_id(self, thread: threading.Thread | None = None) -> int:
-        """A small number for a Python thread that runs compiled code (the main thread is 1)."""
+        """A small number for a Python thread that runs compiled code (the main thread is 1); threads
+        are known from their first compile or stop."""
         thread = thread or threading.current_thread()
         with self.lock:
             if not self.thread_ids:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.events import Warning_, emit
+from ..step.graphs import GRAPHS
 from .protocol import ANSWERED, FRAME_TIMEOUT_S, Connection, DapError, ProtocolError, start_thread
 from .requests import SessionRequests, is_loopback
 
@@ -138,6 +139,7 @@ class DapServer(SessionRequests):
             conn.flush_and_close(timeout=1.0)
             self._client_gone(conn)
         self.breakpoints.close()
+        GRAPHS.unlisten(self._compiled_here)
 
     # -- server threads ----------------------------------------------------------------------------
 
