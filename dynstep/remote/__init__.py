@@ -11,6 +11,7 @@ and injects inside compiled graphs through the runtime stepper:
     breakpoints  source and function breakpoints as selectors; conditions, hit counts, logpoints
     stopview     a runtime stop as frames, scopes and variables; evaluate; inject (setVariable)
     compileview  dynstep.breakpoint()'s compile-time stop
+    bytecodeview a stop in Dynamo's bytecode (--step-bytecode): instruction listing, disassemble
     variables    values as DAP variables (tensors: shape, dtype, device, stats, paged rows)
     sources      virtual sources: graph listings, the graph so far, guards
     adapter      the stepper's front end for a client (`DapFrontend`), the output-event sink

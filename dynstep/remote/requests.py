@@ -14,6 +14,7 @@ import ipaddress
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.events import Warning_, emit
@@ -54,6 +55,10 @@ class SessionRequests:
     lock: threading.RLock
     token: str | None
     held: Any
+    on_terminate: Callable[[], None] | None
+    respond: Callable[..., None]          # DapServer's: (conn, req, body=None, *, error=None)
+    event: Callable[..., None]            # DapServer's: (name, body=None, conn=None)
+    drop: Callable[["Connection"], None]
 
     def init_session(self) -> None:
         self.sources = Sources()
@@ -106,7 +111,7 @@ class SessionRequests:
 
     def _breakpoints_changed(self, bodies: list[dict[str, Any]]) -> None:
         for body in bodies:
-            self.event("breakpoint", {"reason": "changed", "breakpoint": body})   # type: ignore[attr-defined]
+            self.event("breakpoint", {"reason": "changed", "breakpoint": body})
 
     # -- handlers ------------------------------------------------------------------------------------
 
@@ -122,16 +127,16 @@ class SessionRequests:
 
     def req_attach(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
         if not self._check_token(args, required=True):
-            self.respond(conn, req, error="attach refused: this dynstep server needs its token (the \"token\" "  # type: ignore[attr-defined]
+            self.respond(conn, req, error="attach refused: this dynstep server needs its token (the \"token\" "
                          "attribute of the attach configuration, printed when the server started)")
-            self.drop(conn)   # type: ignore[attr-defined]
+            self.drop(conn)
             return ANSWERED
         with self.lock:
             self.state = "attached"
-        self.respond(conn, req)   # type: ignore[attr-defined]
-        self.event("initialized", None, conn)   # type: ignore[attr-defined]
+        self.respond(conn, req)
+        self.event("initialized", None, conn)
         self.event("process", {"name": os.path.basename(sys.argv[0] or "python"), "systemProcessId": os.getpid(),
-                               "isLocalProcess": True, "startMethod": "attach"}, conn)   # type: ignore[attr-defined]
+                               "isLocalProcess": True, "startMethod": "attach"}, conn)
         return ANSWERED
 
     def _check_token(self, args: dict[str, Any], *, required: bool) -> bool:
@@ -216,8 +221,8 @@ class SessionRequests:
             if held is not None:
                 held.inbox.put(None)
         emit(Warning_("the debug client terminated the program"))
-        if getattr(self, "on_terminate", None) is not None:
-            self.on_terminate()   # type: ignore[attr-defined]
+        if self.on_terminate is not None:
+            self.on_terminate()
         elif held is None:
             STEPPER.interrupt()          # inside compiled code: the next stop point ends it
             _thread.interrupt_main()     # in Python code: KeyboardInterrupt in the main thread
