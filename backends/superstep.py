@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -61,6 +62,10 @@ def checked(opts: Options) -> Options:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
+    if os.environ.get("DYNSTEP_DAP"):   # serve the Debug Adapter Protocol from the first compile on
+        from dynstep.remote.api import serve_from_env
+
+        serve_from_env()
     if opts.diff:
         # diff the graph as Dynamo gave it (before any probe), then run it as the other options say
         from dynstep.eagerdiff.api import superstep_diff
@@ -71,7 +76,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     if (opts.probe or opts.nan) and not switch.specialize():
         # dynstep.probes.disable(): this variant has no probe at all (a guard recompiles on a flip)
         opts = dataclasses.replace(opts, probe=(), nan=None)
-    if opts.transparent:
+    if opts.transparent and not pause_pass.wants_pauses(opts):
         return _plain(gm, example_inputs, opts)
     graph_id = gi.graph_id(gm, _compat.current_compile_id())
     if pause_pass.wants_pauses(opts) or opts.nan == "stop":

@@ -55,6 +55,7 @@ class BytecodeStepper(Commands):
         self.graph_call: _GraphCall | None = None
         self.detached = frontend is None
         self.current: Here | None = None
+        self.stop_reason, self.stop_note = "", ""
         self.user_vars: dict[str, Any] = {}
         self.list_start: int | None = None
         self.visited: list[types.CodeType] = []   # code objects seen, in first-run order
@@ -162,6 +163,7 @@ class BytecodeStepper(Commands):
     def _stop(self, here: Here, reason: str, note: str = "") -> None:
         self.stopped_once = True
         self.current = here
+        self.stop_reason, self.stop_note = reason, note   # for front ends that show the stop themselves
         self.list_start = None
         self.mode = "continue"
         self.next_from = None      # an `n` ends at any stop: its frame's return must not turn a later `c` into a step

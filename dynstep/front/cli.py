@@ -5,6 +5,9 @@
     dynstep run SCRIPT [ARGS]            run a script, every torch.compile through superstep
     dynstep run -m MODULE [ARGS]         ... --pause SEL --probe SEL --commands "p value; c" --frontend pdb
     dynstep run --step-bytecode SCRIPT   step through the bytecode Dynamo wrote, and into its graphs
+    dynstep run --dap 5679 [--wait] SCRIPT   serve the Debug Adapter Protocol (VS Code attaches; docs/vscode.md);
+                                         --dap HOST:PORT off loopback needs --dap-token (or prints one)
+    dynstep attach HOST:PORT             the terminal REPL driving a process served with --dap
     dynstep diff SCRIPT [--backend B]    diff every compiled graph in SCRIPT against eager and float64
 
 Each verb is a function `cmd_<verb>(args) -> (ok, message)`; only `main()` prints the message
@@ -14,6 +17,7 @@ and exits, so the verbs can be tested in-process and through a subprocess alike.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -65,9 +69,45 @@ def cmd_run(args: argparse.Namespace) -> Result:
     problem = _check_overrides(overrides)
     if problem:
         return False, f"dynstep run: {problem}", 2
+    dap, problem = _dap_options(args)
+    if problem:
+        return False, f"dynstep run: {problem}", 2
     code = run(target, script_args, overrides, module=args.module is not None,
-               step_bytecode=args.step_bytecode)
+               step_bytecode=args.step_bytecode, dap=dap)
     return code == 0, "", code
+
+
+def _dap_options(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
+    """--dap/--wait/--dap-token (DYNSTEP_DAP, DYNSTEP_DAP_WAIT, DYNSTEP_DAP_TOKEN): (options or None, problem)."""
+    import secrets
+
+    from ..core.errors import OptionsError
+    from ..remote.api import parse_address
+    from ..remote.requests import is_loopback
+
+    address = args.dap or os.environ.get("DYNSTEP_DAP", "").strip() or None
+    if address is None:
+        return None, "--wait and --dap-token go with --dap PORT" if args.wait or args.dap_token else ""
+    try:
+        host, _ = parse_address(address)
+    except OptionsError as exc:
+        return None, f"--dap: {exc}"
+    token = args.dap_token or os.environ.get("DYNSTEP_DAP_TOKEN") or None
+    if token is None and not is_loopback(host):
+        token = secrets.token_urlsafe(16)
+        print(f"dynstep: the debug adapter listens on {host}, beyond this machine: clients must attach with "
+              f"token {token} (the \"token\" of the attach configuration, or dynstep attach --token)", file=sys.stderr)
+    wait = args.wait or os.environ.get("DYNSTEP_DAP_WAIT", "").strip().lower() in ("1", "true", "yes", "on")
+    return {"address": address, "token": token, "wait": wait}, ""
+
+
+def cmd_attach(args: argparse.Namespace) -> Result:
+    """Drive a process served with `dynstep run --dap` from this terminal (the same REPL, over DAP)."""
+    from .attach import attach
+
+    return attach(args.address, token=args.token)
+
+
 def _check_overrides(overrides: dict[str, object]) -> str:
     """'' when the options (with DYNSTEP_* from the environment) are valid, else one line saying why."""
     from ..core.errors import OptionsError, SelectorError
@@ -160,18 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help=cmd_doctor.__doc__)
     run = sub.add_parser("run", help=cmd_run.__doc__,
                          usage="dynstep run [options] SCRIPT [ARGS...] | dynstep run [options] -m MODULE [ARGS...]")
-    run.add_argument("-m", dest="module", default=None, help="run a module as a script (like python -m)")
-    run.add_argument("--probe", action="append", default=[], help="probe selector (repeatable)")
-    run.add_argument("--pause", action="append", default=[], help="pause selector (repeatable)")
-    run.add_argument("--commands", default=None, help='scripted stepper commands: "p value.mean(); s; c"')
-    run.add_argument("--frontend", default=None, choices=["repl", "script", "pdb"], help="who answers a stop")
-    run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
-    run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
-    run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
-    run.add_argument("--step-bytecode", action="store_true",
-                     help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
-    run.add_argument("script", nargs="?", help="the script to run")
-    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    _run_arguments(run)
+    attach = sub.add_parser("attach", help=cmd_attach.__doc__)
+    attach.add_argument("address", metavar="HOST:PORT", help="where `dynstep run --dap` listens (e.g. localhost:5679)")
+    attach.add_argument("--token", default=os.environ.get("DYNSTEP_DAP_TOKEN"),
+                        help="the server's token (needed when it listens beyond loopback; default DYNSTEP_DAP_TOKEN)")
     diff = sub.add_parser("diff", help=cmd_diff.__doc__)
     diff.add_argument("script", help="the Python script to run")
     diff.add_argument("script_args", nargs="*", help="arguments for the script (after --)")
@@ -187,10 +220,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument("-m", dest="module", default=None, help="run a module as a script (like python -m)")
+    run.add_argument("--probe", action="append", default=[], help="probe selector (repeatable)")
+    run.add_argument("--pause", action="append", default=[], help="pause selector (repeatable)")
+    run.add_argument("--commands", default=None, help='scripted stepper commands: "p value.mean(); s; c"')
+    run.add_argument("--frontend", default=None, choices=["repl", "script", "pdb"], help="who answers a stop")
+    run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
+    run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
+    run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
+    run.add_argument("--step-bytecode", action="store_true",
+                     help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
+    run.add_argument("--dap", metavar="[HOST:]PORT", default=None,
+                     help="serve the Debug Adapter Protocol (VS Code, dynstep attach); default host 127.0.0.1")
+    run.add_argument("--wait", action="store_true", help="with --dap: hold the script until a client attaches")
+    run.add_argument("--dap-token", default=None, help="with --dap: the token clients must give (needed off loopback)")
+    run.add_argument("script", nargs="?", help="the script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+
+
 VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "demo": cmd_demo,
     "doctor": cmd_doctor,
     "run": cmd_run,
+    "attach": cmd_attach,
     "diff": cmd_diff,
 }
 

@@ -112,8 +112,11 @@ def _bytecode_stepping(enabled: bool, overrides: Mapping[str, Any]) -> Iterator[
 
 
 def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, module: bool = False,
-        step_bytecode: bool = False) -> int:
-    """Run a script (or ``-m`` module) as ``__main__``; returns its exit code."""
+        step_bytecode: bool = False, dap: Mapping[str, Any] | None = None) -> int:
+    """Run a script (or ``-m`` module) as ``__main__``; returns its exit code.
+
+    dap: ``{"address": "5679" | "HOST:PORT", "token": str | None, "wait": bool}`` serves the Debug
+    Adapter Protocol for the run (the client gets `exited` with the script's exit code at the end)."""
     if step_bytecode:
         from ..bytecode.mechanism import unavailable
 
@@ -128,9 +131,31 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
         return 2
     STEPPER.reset()
     path0 = os.getcwd() if module else os.path.dirname(os.path.abspath(target))
-    with _argv([target, *args], path0), routed_compile(overrides), _interrupt_steps(), \
-            _bytecode_stepping(step_bytecode, overrides):
-        return _run_main(target, module)
+    if dap is not None and not _serve(dap):
+        return 2
+    code = 1
+    try:
+        with _argv([target, *args], path0), routed_compile(overrides), _interrupt_steps(), \
+                _bytecode_stepping(step_bytecode, overrides):
+            code = _run_main(target, module)
+            return code
+    finally:
+        if dap is not None:
+            from ..remote.api import stop_serving
+
+            stop_serving(code)
+
+
+def _serve(dap: Mapping[str, Any]) -> bool:
+    """Start the DAP server (and wait for a client with --wait); False, said why, when it cannot."""
+    from ..remote.api import serve_dap
+
+    try:
+        serve_dap(dap["address"], token=dap.get("token"), wait=bool(dap.get("wait")))
+    except (OSError, ValueError) as exc:
+        print(f"dynstep run --dap {dap['address']}: cannot serve the debug adapter protocol: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _run_main(target: str, module: bool) -> int:
