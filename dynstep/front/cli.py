@@ -250,10 +250,12 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
 
 def _add_gdb(sub: Any) -> None:
     gdb = sub.add_parser("gdb", help=cmd_gdb.__doc__,
-                         usage="dynstep gdb [--cuda] [--debug-kernels] [--batch] [run options] SCRIPT|-m MODULE [ARGS...]")
+                         usage="dynstep gdb [--cuda] [--debug-kernels] [--batch] [run options] "
+                               "SCRIPT|-m MODULE [ARGS...]")
     gdb.add_argument("--cuda", action="store_true", help="use cuda-gdb (Triton kernels: break on the kernel's name)")
     gdb.add_argument("--debug-kernels", action="store_true",
-                     help="compile Inductor's C++ kernels with -O0 -g (TORCHINDUCTOR_DEBUG_COMPILE=1): step them by line")
+                     help="compile Inductor's C++ kernels with -O0 -g (TORCHINDUCTOR_DEBUG_COMPILE=1): "
+                          "step them by line")
     gdb.add_argument("--batch", action="store_true",
                      help="no gdb prompt: show dynstep-bt at the first kernel stops, run to the end (CI)")
     gdb.add_argument("--hits", type=int, default=1, help="with --batch: kernel stops to show (default: 1)")

@@ -150,13 +150,13 @@ def launch(run_args: Sequence[str], *, cuda: bool = False, debug_kernels: bool =
         with open(command_file, "w", encoding="utf-8") as f:
             f.write(command_file_text(s))
         argv = gdb_argv(s, command_file, inferior_argv(run_args), batch=batch, hits=hits)
-        if dry_run:
-            return True, command_file_text(s) + shlex.join(argv), 0
         status = os.path.join(tmp, "status")
-        env = {**os.environ, "DYNSTEP_GDB_STATUS": status}
+        extra = {"DYNSTEP_GDB_STATUS": status}
         if debug_kernels:   # Inductor builds its C++ with -O0 -g: gdb lists the source, `next` steps lines
-            env["TORCHINDUCTOR_DEBUG_COMPILE"] = "1"
-        code = _run(argv, env)
+            extra["TORCHINDUCTOR_DEBUG_COMPILE"] = "1"
+        if dry_run:
+            return True, command_file_text(s) + shlex.join(["env", *(f"{k}={v}" for k, v in extra.items()), *argv]), 0
+        code = _run(argv, {**os.environ, **extra})
         return _outcome(code, status)
 
 

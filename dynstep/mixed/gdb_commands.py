@@ -178,7 +178,7 @@ def _on_exited(event):
     if status and code is not None:
         with open(status, "w", encoding="ascii") as f:
             f.write(str(code))
-    ARMED.clear()
+    _delete_armed()     # their addresses mean nothing in a new run of the program
     if status and getattr(event, "exit_code", None) is not None and not STATE["driver"]:
         gdb.post_event(lambda: gdb.execute(f"quit {code}"))
 
@@ -263,10 +263,14 @@ class DynstepClear(gdb.Command):
         super().__init__("dynstep-clear", gdb.COMMAND_BREAKPOINTS)
 
     def invoke(self, arg, from_tty):
-        for bp in gdb.breakpoints():
-            if bp.number in ARMED:
-                bp.delete()
-        ARMED.clear()
+        _delete_armed()
+
+
+def _delete_armed():
+    for bp in gdb.breakpoints():
+        if bp.number in ARMED:
+            bp.delete()
+    ARMED.clear()
 
 
 class DynstepContinue(gdb.Command):

@@ -149,10 +149,12 @@ def test_missing_gdb_is_a_clear_message(tmp_path):
 @needs_gdb
 def test_dry_run_shows_the_command_file_and_a_missing_helper_says_how_to_get_it(monkeypatch, capsys):
     monkeypatch.setattr(gdb_launch, "find_helper", lambda executable=sys.executable: "")
-    ok, text, code = gdb_launch.launch(["--pause", "node:h", "train.py"], batch=True, dry_run=True)
+    ok, text, code = gdb_launch.launch(["--pause", "node:h", "train.py"], batch=True, dry_run=True,
+                                       debug_kernels=True)
     warning = capsys.readouterr().err
     assert ok and code == 0 and "python3.X-gdb.py not found" in warning and "native frames only" in warning
     assert "curl" in warning or "apt-get install" in warning
     assert "set pagination off" in text and f"source {gdb_launch.commands_file()}" in text
     assert "-iex 'set auto-load python-scripts off'" in text and "-ex 'dynstep-run 1'" in text
+    assert "TORCHINDUCTOR_DEBUG_COMPILE=1" in text and "DYNSTEP_GDB_STATUS=" in text       # --debug-kernels
     assert text.rstrip().endswith("-m dynstep run --native --pause node:h train.py")

@@ -76,7 +76,7 @@ def test_jsonc_reader_keeps_comment_markers_inside_strings():
 
 
 def test_the_cli_verb(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dynstep", "vscode", "--cpp", "--dir", str(tmp_path)], capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    r = subprocess.run([sys.executable, "-m", "dynstep", "vscode", "--cpp", "--dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
     assert r.returncode == 0, r.stderr
     assert "launch.json: added" in r.stdout and len(launch_json(tmp_path)["configurations"]) == 2

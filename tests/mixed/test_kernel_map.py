@@ -67,7 +67,8 @@ def test_a_fused_cpp_kernel_is_named_with_its_library_address_and_source(inducto
     assert elf.symbolize(k.address).name == "kernel"
     cpp, _, line = k.source.rpartition(":")
     with open(cpp) as f:
-        assert 'extern "C"' in f.readlines()[int(line) - 1] and "kernel(" in open(cpp).read()
+        definition = f.readlines()[int(line) - 1]
+    assert definition.lstrip().startswith('extern "C"') and "kernel(" in definition
     assert k.launch_line and k.targets[0].address == k.address and k.targets[0].sites == ()
     # the graph's variant without stop points runs h in another library; `native break` arms both
     assert report.other_variant and report.other_variant[0].kind == CPP
@@ -99,8 +100,9 @@ def test_a_view_has_no_kernel_and_says_why(inductor_reports):
     assert report.kernels == () and "view" in report.problems[0] and report.targets() == ()
 
 
-@pytest.mark.parametrize("inner, node, op, wrapper", [("aot_eager", "linear_3", "aten::addmm.default", "wrapper_CPU_addmm"),
-                                                      ("eager", "h", "aten::gelu.default", "wrapper_CPU_gelu")])
+@pytest.mark.parametrize("inner, node, op, wrapper", [
+    ("aot_eager", "linear_3", "aten::addmm.default", "wrapper_CPU_addmm"),
+    ("eager", "h", "aten::gelu.default", "wrapper_CPU_gelu")])
 def test_aten_kernels_under_aot_eager_and_eager(inner, node, op, wrapper, events):
     run_native(inner, nodes=(node,))
     report = shown(events)[node]

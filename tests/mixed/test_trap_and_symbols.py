@@ -82,7 +82,8 @@ def test_elf_names_a_libc_function_and_demangles():
 def test_native_functions_yaml_follows_structured_delegates():
     assert aten.native_impl_names("aten::addmm", "", "CPU") == ["at::native::structured_addmm_out_cpu::impl"]
     assert aten.native_impl_names("aten::gelu", "", "CPU") == ["at::native::structured_gelu_out_cpu::impl"]
-    assert aten.op_name("aten.addmm.default") == ("aten::addmm", "") and aten.op_name("aten::mm.out") == ("aten::mm", "out")
+    assert aten.op_name("aten.addmm.default") == ("aten::addmm", "")
+    assert aten.op_name("aten::mm.out") == ("aten::mm", "out")
 
 
 def test_the_dispatcher_kernel_of_an_op_is_named_from_libtorch():
@@ -91,11 +92,8 @@ def test_the_dispatcher_kernel_of_an_op_is_named_from_libtorch():
     assert k.registered_at.startswith("RegisterCPU") and all(address for _, address, _ in k.entries)
 
 
-def call(fn):                     # a stand-in for an Inductor wrapper's call() compiled without provenance
-    return fn()
-
-
 def test_a_graph_compiled_without_provenance_says_how_to_get_it():
+    # a stand-in for an Inductor wrapper's call() whose graph was compiled without provenance
     namespace = {"async_compile": object(), "inspect": inspect}
     exec("def call():\n    return inspect.currentframe()\n", namespace)
     report = lookup.native_report(SITE, frame=namespace["call"]())
