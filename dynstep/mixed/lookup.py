@@ -41,7 +41,8 @@ def native_report(site: Site, *, frame: FrameType | None = None, device: str = "
             return _inductor_report(base, graph, site, key)
         if f.f_code.co_name == "call" and "async_compile" in f.f_globals:
             return _replace(base, compiler="inductor", problems=(UNTRACKED,))
-        owner = f.f_locals.get("self")
+        # an FX GraphModule's generated forward (torch/fx/graph_module.py names its code <eval_with_key>.N)
+        owner = f.f_locals.get("self") if f.f_code.co_filename.startswith("<eval_with_key>") else None
         if isinstance(owner, torch.fx.GraphModule):
             kernels, problems = fxgraphs.node_kernels(owner, f.f_code, site.node, key)
             aot = any(n.meta.get("from_node") for n in owner.graph.nodes)
