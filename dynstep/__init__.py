@@ -11,8 +11,9 @@ Importing dynstep is cheap: it imports neither Inductor nor rich; heavy modules 
 Layout (one room per capability; docs/architecture.md has the data path and the rules):
 core (vocabulary), graph (reading graphs, selectors), ops (op schemas, native loader), probe
 (run-time probes, sessions, recordings), step (stepper, breakpoints), bytecode (the bytecode
-stepper), eagerdiff (the diff engine), remote (the Debug Adapter Protocol server), front (every
-front end, the composition root), and
+stepper), eagerdiff (the diff engine), remote (the Debug Adapter Protocol server), mixed (from a
+paused node into its native kernel: `native`, `dynstep gdb`), front (every front end, the
+composition root), and
 `dynstep.backends` (superstep and its graph passes; the top-level `backends/` folder).
 """
 

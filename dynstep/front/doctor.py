@@ -20,6 +20,7 @@ def report() -> tuple[list[str], bool]:
     ok = _backend(lines)
     _kernels(lines)
     _features(lines)
+    _mixed_mode(lines)
     lines.append(f"compilers: g++ {'found' if shutil.which('g++') else 'missing'}, "
                  f"nvcc {'found' if shutil.which('nvcc') else 'missing'}")
     lines.append(f"executable: {sys.executable}")
@@ -94,3 +95,16 @@ def _bytecode(lines: list[str]) -> None:
            else "the stepper cannot run here")
     lines.append(f"  native value-stack reader (csrc/frame_stack.c): {'loaded' if st.loaded else 'not loaded'}, "
                  f"{use} ({st.reason})")
+
+
+def _mixed_mode(lines: list[str]) -> None:
+    """Which debugger and Python helper `dynstep gdb` would use, and how to get what is missing."""
+    from .gdb_launch import find_gdb, find_helper, gdb_version, helper_hint
+
+    for label, cuda in (("dynstep gdb", False), ("dynstep gdb --cuda", True)):
+        path = find_gdb(cuda)
+        missing = "cuda-gdb: put the CUDA toolkit's bin/ on PATH" if cuda else "apt-get install gdb"
+        lines.append(f"{label}: " + (f"{path} ({gdb_version(path)})" if path else f"no debugger found ({missing})"))
+    helper = find_helper()
+    lines.append("python helper for py-bt in gdb: " + (helper or "not found; gdb shows native frames only. "
+                                                        + helper_hint()))

@@ -111,8 +111,23 @@ def _bytecode_stepping(enabled: bool, overrides: Mapping[str, Any]) -> Iterator[
         yield
 
 
+@contextlib.contextmanager
+def _native_tracking(enabled: bool) -> Iterator[None]:
+    """``--native`` (what `dynstep gdb` runs): every Inductor graph of the run keeps its node -> kernel
+    provenance, so `native` works at any stop (superstep turns it on only for graphs with stop points)."""
+    if not enabled:
+        yield
+        return
+    from ..mixed.provenance import tracking
+    from .gdb_launch import die_with_debugger
+
+    die_with_debugger()
+    with tracking():
+        yield
+
+
 def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, module: bool = False,
-        step_bytecode: bool = False, dap: Mapping[str, Any] | None = None) -> int:
+        step_bytecode: bool = False, dap: Mapping[str, Any] | None = None, native: bool = False) -> int:
     """Run a script (or ``-m`` module) as ``__main__``; returns its exit code.
 
     dap: ``{"address": "5679" | "HOST:PORT", "token": str | None, "wait": bool}`` serves the Debug
@@ -136,7 +151,7 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
     code = 1
     try:
         with _argv([target, *args], path0), routed_compile(overrides), _interrupt_steps(), \
-                _bytecode_stepping(step_bytecode, overrides):
+                _bytecode_stepping(step_bytecode, overrides), _native_tracking(native):
             code = _run_main(target, module)
             return code
     finally:

@@ -233,6 +233,12 @@ class StepperCommands(CommandSet):
                          source_text=site.source_text))
         emit(Info(f"recorded {site.node} (call {stop.call}) into the session"))
 
+    def cmd_native(self, arg: str) -> bool:
+        """native [break [N]]: the native kernel that computes this node; break: a gdb breakpoint on it, run on."""
+        from ..mixed.commands import native   # the mixed-mode room; it never imports the stepper
+
+        return native(self, arg)  # type: ignore[arg-type]
+
     def cmd_quit(self, arg: str) -> None:
         """quit, q: stop the program here with dynstep.Abort."""
         stop = self.current

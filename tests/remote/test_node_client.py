@@ -4,7 +4,6 @@ small Node test (tests/dap_node/). Skips when node, npm or the installed test cl
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys

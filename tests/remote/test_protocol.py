@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import dynstep
-from dynstep.remote.protocol import encode
 from dynstep.remote.server import DapServer
 
 from .dap import Client, validate
