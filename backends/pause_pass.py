@@ -58,6 +58,22 @@ def configure_stepper(opts: Options) -> None:
     """Tell the stepper who answers stops (pauses, steps, nan="stop") for graphs compiled with opts."""
     step_kernel.ensure()
     STEPPER.configure(frontend=opts.frontend, commands=opts.commands, step=opts.step)
+    _coordinate(opts)
+
+
+def _coordinate(opts: Options) -> None:
+    """In a distributed job every rank meets the others at each stop point (dynstep.dist): the
+    coordinator goes into the stepper's slot; which rank this is, is found at the first stop point."""
+    from dynstep.dist import identity
+
+    if opts.ranks is None and not identity.current().multi:
+        return
+    if STEPPER.coordinator is None:
+        from dynstep.dist.coordinator import Coordinator
+
+        STEPPER.coordinator = Coordinator(opts.ranks)
+    elif opts.ranks is not None:
+        STEPPER.coordinator.ranks = opts.ranks   # type: ignore[attr-defined]
 
 
 def insert_pauses(gm: torch.fx.GraphModule, plan: PausePlan) -> list[Site]:

@@ -36,7 +36,7 @@ class NonFiniteError(DynstepError, FloatingPointError):
     """A probed value contained NaN or Inf and the `nan` action was asked to raise."""
 
     def __init__(self, message: str, *, node: str, target: str, source: str, module: str,
-                 graph: str, nan: int, inf: int) -> None:
+                 graph: str, nan: int, inf: int, rank: int = 0) -> None:
         super().__init__(message)
         self.node = node
         self.target = target
@@ -45,6 +45,7 @@ class NonFiniteError(DynstepError, FloatingPointError):
         self.graph = graph
         self.nan = nan
         self.inf = inf
+        self.rank = rank     # the rank of a distributed job that saw it (0 in one process)
 
 
 class UnsupportedTorch(DynstepError, RuntimeError):

@@ -10,6 +10,7 @@ editing it (lists from the environment are added to the call's lists):
     DYNSTEP_DIFF=1  DYNSTEP_MODE=max-autotune  DYNSTEP_DISABLE=1 (superstep becomes transparent)
     DYNSTEP_STEP=1 (step points everywhere, stop at the first node)  DYNSTEP_FRONTEND=repl|script|pdb
     DYNSTEP_COMMANDS="p value.mean(); s; c"  (scripted commands; when they run out: continue)
+    DYNSTEP_RANKS=0|1,3|all  (a distributed job: which ranks pause; the others wait; docs/distributed.md)
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Options:
     frontend: str | None = None
     commands: str | None = None
     step: bool = False
+    ranks: str | tuple[int, ...] | None = None   # "all", rank numbers, or None (rank 0)
 
     @property
     def transparent(self) -> bool:
@@ -77,6 +79,7 @@ class Options:
         values["mode"] = given.get("mode", mode or env.get("DYNSTEP_MODE") or None)
         values.update(_front(given.get("frontend", env.get("DYNSTEP_FRONTEND") or None),
                              given.get("commands", env.get("DYNSTEP_COMMANDS") or None)))
+        values["ranks"] = parse_ranks(given.get("ranks", env.get("DYNSTEP_RANKS") or None))
         opts = cls(**values)
         if "nan" in opts.actions and opts.nan is None:
             opts = dataclasses.replace(opts, nan="raise")
@@ -110,6 +113,24 @@ def _nan(nan: Any) -> str | None:
     if nan is not None and nan not in NAN_MODES:
         raise OptionsError(f"option 'nan' must be one of {list(NAN_MODES)} or None, got {nan!r}")
     return nan
+
+
+def parse_ranks(value: Any) -> str | tuple[int, ...] | None:
+    """The `ranks` option: "all", "0", "1,3", 2, [0, 1] -> "all" or sorted rank numbers (None: not set).
+    Whether the ranks exist is checked at run time, against the job (dynstep.dist.ranks)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().lower() == "all":
+        return "all"
+    parts = value.split(",") if isinstance(value, str) else ([value] if isinstance(value, int) else value)
+    try:
+        ranks = [int(p.strip()) if isinstance(p, str) else p for p in parts]
+    except ValueError:
+        ranks = []
+    if not ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in ranks):
+        raise OptionsError(f"option 'ranks' (or DYNSTEP_RANKS, --ranks) must be 'all' or rank numbers such as "
+                           f"0 or 1,3, got {value!r}")
+    return tuple(sorted(set(ranks)))
 
 
 def _front(frontend: Any, commands: Any) -> dict[str, Any]:

@@ -64,6 +64,8 @@ class Snapshot:
     site: int = -1
     seq: int = 0         # global order of hits in this process
     source_text: str = ""
+    rank: int = 0        # the rank of a distributed job that recorded it (0 in one process)
+    world_size: int = 1
 
     @property
     def probe_name(self) -> str:  # torch-cudagraph-debug's TensorSnapshot name

@@ -32,6 +32,7 @@ from ..core.errors import Abort, DynstepError, NonFiniteError
 from ..core.events import ProbePrinted, emit
 from ..core.records import Snapshot, Stats
 from ..core.sites import SITES, HandConfig, Site
+from ..dist.identity import rank_world
 from .stats import nonfinite_counts, stats_of, unsupported_reason
 
 log = logging.getLogger("dynstep")
@@ -195,10 +196,11 @@ def _run_actions(x: torch.Tensor, site: Site, call: int, stats: Stats | None) ->
 
 def snapshot_for(site: Site, call: int, shape: tuple[int, ...], dtype: str, device: str, stats: Stats,
                  tensor: torch.Tensor | None, seq: int) -> Snapshot:
+    rank, world = rank_world()
     return Snapshot(kind=site.kind, probe=site.probe, node=site.node, target=site.target,
                     module=site.module, source=site.source, graph=site.graph, call=call, shape=shape,
                     dtype=dtype, device=device, stats=stats, tensor=tensor, site=site.id, seq=seq,
-                    source_text=site.source_text)
+                    source_text=site.source_text, rank=rank, world_size=world)
 
 
 def deliver(snap: Snapshot, thread: int | None) -> None:
@@ -259,6 +261,9 @@ def _nonfinite(site: Site, nan: int, inf: int, x: torch.Tensor, call: int) -> No
     message = (f"{what} in the {kind} {site.target} (node {site.node}"
                f"{', module ' + site.module if site.module else ''}) at {site.source or '<unknown line>'}"
                f"{': ' + site.source_text if site.source_text else ''}  [graph {site.graph}, call {call}]")
+    rank, world = rank_world()
+    if world > 1:
+        message = f"rank {rank} of {world}: {message}"
     mode = site.nan_mode or "raise"
     if mode == "warn":
         warnings.warn("dynstep: " + message, RuntimeWarning, stacklevel=2)
@@ -267,7 +272,7 @@ def _nonfinite(site: Site, nan: int, inf: int, x: torch.Tensor, call: int) -> No
         _stopper.nonfinite(x, site, message)
         return
     raise NonFiniteError(message, node=site.node, target=site.target, source=site.source,
-                         module=site.module, graph=site.graph, nan=nan, inf=inf)
+                         module=site.module, graph=site.graph, nan=nan, inf=inf, rank=rank)
 
 
 def nonfinite_at_replay(site: Site, nan: int, inf: int, call: int) -> None:

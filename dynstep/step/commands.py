@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..core.commands import CommandSet
 from ..core.errors import Abort, SelectorError
 from ..core.events import Evaluated, GraphShown, Info, Resumed, WhereShown, emit
 from ..core.records import Snapshot
 from ..core.sites import SITES
 from ..graph import selectors as sel
+from ..dist.identity import rank_world
 from ..probe.sessions import deliver
 from ..probe.stats import stats_of
 from .graphs import GRAPHS, break_sites
+from .rank_commands import RankCommands
 from .values import tensor_view, value_text
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ ALIASES = {"c": "continue", "cont": "continue", "s": "step", "n": "next", "p": "
            "g": "graph", "b": "break", "cl": "clear", "q": "quit", "exit": "quit", "h": "help", "?": "help"}
 
 
-class StepperCommands(CommandSet):
+class StepperCommands(RankCommands):
     aliases = ALIASES
     without_stop = frozenset({"help", "break", "clear", "watch"})
     current: "Stop | None"
@@ -74,7 +75,11 @@ class StepperCommands(CommandSet):
         return True
 
     def cmd_step(self, arg: str) -> bool:
-        """step, s: run the next node, whatever it is (into the next graph after a graph break)."""
+        """step, s [--all]: run the next node, whatever it is; --all: every paused rank steps with this one."""
+        if arg == "--all":
+            if self.coordinator is None:
+                raise ValueError("step --all steps every paused rank of a distributed job; this is one process")
+            self.coordinator.step_all()
         self.mode = "step"
         emit(Resumed("step"))
         return True
@@ -226,11 +231,12 @@ class StepperCommands(CommandSet):
         stop = self.current
         assert stop is not None
         x, site = stop.value, stop.site
+        rank, world = rank_world()
         deliver(Snapshot(kind="value", probe=site.probe or "record", node=site.node, target=site.target,
                          module=site.module, source=site.source, graph=site.graph, call=stop.call,
                          shape=tuple(x.shape), dtype=str(x.dtype).replace("torch.", ""), device=str(x.device),
                          stats=stats_of(x), tensor=x.detach().to("cpu", copy=True), site=site.id,
-                         source_text=site.source_text))
+                         source_text=site.source_text, rank=rank, world_size=world))
         emit(Info(f"recorded {site.node} (call {stop.call}) into the session"))
 
     def cmd_native(self, arg: str) -> bool:

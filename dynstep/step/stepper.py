@@ -31,10 +31,12 @@ import torch
 
 from ..core import commands as commandset
 from ..core import wiring
+from ..core.errors import Abort
 from ..core.events import Info, Stopped, emit
 from ..core.sites import SITES, Site
 from ..core.wiring import Frontend
 from .commands import StepperCommands
+from .rank_commands import Coordinator
 from .values import tensor_view, user_stack
 
 
@@ -81,6 +83,7 @@ class Stepper(StepperCommands):
         self.hits: collections.Counter[int] = collections.Counter()
         self.current: Stop | None = None
         self.nan_stopped = False
+        self.coordinator: Coordinator | None = None   # a distributed job's lockstep (plugged in by superstep)
 
     def configure(self, *, frontend: str | None, commands: str | None, step: bool) -> None:
         """Called by the pause pass; a new front-end configuration starts a new script."""
@@ -164,12 +167,31 @@ class Stepper(StepperCommands):
             self.mode = "run"
             self.current = stop
             try:
-                emit(Stopped(reason=stop.reason, site=site, call=stop.call, tensor=tensor_view(x),
-                             watches=tuple((w, self._watch_text(w)) for w in self.watches),
-                             writable=writable, note=note))
-                frontend.run(self, stop)
+                self._answer(frontend, stop)
             finally:
                 self.current = None
+
+    def _answer(self, frontend: Frontend, stop: Stop) -> None:
+        """Show the stop and let the front end answer it; in a distributed job, as the coordinator says
+        (the terminal turn, `step --all` from another rank, `q` ending every rank)."""
+        coord = self.coordinator
+        auto = coord.enter_pause({"node": stop.site.node, "graph": stop.site.graph, "source": stop.site.source}) \
+            if coord is not None else None
+        try:
+            emit(Stopped(reason=stop.reason, site=stop.site, call=stop.call, tensor=tensor_view(stop.value),
+                         watches=tuple((w, self._watch_text(w)) for w in self.watches),
+                         writable=stop.writable, note=stop.note))
+            if auto is not None:
+                self.execute(auto)
+            else:
+                frontend.run(self, stop)
+        except Abort as exc:
+            if coord is None:
+                raise
+            raise coord.quit_all(str(exc)) from None
+        finally:
+            if coord is not None:
+                coord.leave_pause()
 
     def active_frontend(self) -> Frontend | None:
         """The front end that answers stops now (None: detached, nothing can answer)."""
@@ -194,7 +216,24 @@ STEPPER = Stepper()
 
 
 def on_pause(x: torch.Tensor, site_id: int, inputs: list[torch.Tensor]) -> None:
-    """The kernel behind `dynstep::pause`: a dict lookup and a return unless the stepper stops."""
+    """The kernel behind `dynstep::pause`: a dict lookup and a return unless the stepper stops.
+    In a distributed job every rank meets the coordinator here, stopping or not."""
+    coord = STEPPER.coordinator
+    if coord is None:
+        _pause(x, site_id, inputs)
+        return
+    site = SITES.get(site_id)
+    coord.stop_point(site, lambda: _pause(x, site_id, inputs),
+                     lambda line: STEPPER.serve(line, lambda: _waiting_stop(x, site, inputs)))
+
+
+def _waiting_stop(x: torch.Tensor, site: Site, inputs: list[torch.Tensor], writable: bool = True) -> Stop:
+    """This rank's stop point as a Stop, for commands another rank sends while this one waits."""
+    return Stop(site=site, value=x, inputs=dict(zip(site.inputs, inputs)), reason="waiting",
+                call=STEPPER.hits[site.id] - 1, writable=writable, stack=())
+
+
+def _pause(x: torch.Tensor, site_id: int, inputs: list[torch.Tensor]) -> None:
     stepper = STEPPER
     if stepper.detached:
         return
@@ -215,6 +254,15 @@ def on_grad_pause(g: torch.Tensor, site: Site) -> None:
     Read-only: the backward graph is compiled after partitioning, where dynstep cannot make the
     compiler keep an in-place write (pytorch#172248 keeps effectful ops out of the joint graph).
     """
+    coord = STEPPER.coordinator
+    if coord is None:
+        _grad_pause(g, site)
+        return
+    coord.stop_point(site, lambda: _grad_pause(g, site),
+                     lambda line: STEPPER.serve(line, lambda: _waiting_stop(g, site, [], writable=False)))
+
+
+def _grad_pause(g: torch.Tensor, site: Site) -> None:
     stepper = STEPPER
     if stepper.detached:
         return

@@ -30,7 +30,11 @@ class TwoVariants:
         self.__qualname__ = getattr(stepping, "__qualname__", self.__name__)
 
     def __call__(self, *args):
-        variant = self.stepping if self._stepper.may_stop(self.ids, self.pauses) else self.quiet
+        want = self._stepper.may_stop(self.ids, self.pauses)
+        coord = self._stepper.coordinator
+        if coord is not None:   # every rank of a distributed job runs the same variant (the same stop points)
+            want = coord.agree(want and coord.may_pause())
+        variant = self.stepping if want else self.quiet
         return variant(*args)
 
     def __repr__(self) -> str:

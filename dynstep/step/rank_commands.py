@@ -1,0 +1,93 @@
+"""The stepper's commands for distributed jobs, and its side of the coordinator plug-in.
+
+The stepper never imports `dynstep.dist`: the superstep backend puts a coordinator into
+`Stepper.coordinator` (None in a single process), and these commands use what it offers:
+
+    ranks               where every rank is (running, waiting, paused at which node)
+    p@1 value.mean()    any of print/set/where/graph/record/watch, answered by rank 1 at this stop point
+    step --all          (in commands.py) every paused rank steps to its next node, in lockstep
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..core.commands import CommandSet
+from ..core.events import CommandFailed, Info, emit, use_sink
+
+if TYPE_CHECKING:
+    from ..core.sites import Site
+    from .stepper import Stop
+
+FORWARDED = frozenset({"print", "set", "where", "graph", "record", "help", "watch"})
+
+
+class Coordinator(Protocol):
+    """What dynstep.dist.coordinator.Coordinator offers the stepper (docs/distributed.md)."""
+
+    def stop_point(self, site: "Site", pause: Callable[[], None], serve: Callable[[str], list]) -> None: ...
+    def agree(self, want: bool) -> bool: ...
+    def may_pause(self) -> bool: ...
+    def enter_pause(self, info: dict[str, str]) -> str | None: ...
+    def leave_pause(self) -> None: ...
+    def quit_all(self, reason: str) -> BaseException: ...
+    def forward(self, rank: int, line: str) -> list[object]: ...
+    def step_all(self) -> None: ...
+    def where(self) -> list[str]: ...
+
+
+class RankCommands(CommandSet):
+    coordinator: Coordinator | None
+    current: "Stop | None"
+
+    def execute(self, line: str) -> bool:
+        """`cmd@RANK args` goes to another rank; everything else is this rank's own command."""
+        name, _, arg = line.strip().partition(" ")
+        if "@" in name and not name.startswith("@"):
+            self._forward(name, arg)
+            return False
+        return super().execute(line)
+
+    def _forward(self, name: str, arg: str) -> None:
+        command, _, target = name.partition("@")
+        full = self.aliases.get(command, command)
+        line = f"{name} {arg}".strip()
+        if full not in FORWARDED:
+            emit(CommandFailed(line, f"only {', '.join(sorted(FORWARDED))} can be sent to another rank"))
+            return
+        if self.coordinator is None or not target.isdigit():
+            why = "this is not a distributed job" if self.coordinator is None else f"{target!r} is not a rank number"
+            emit(CommandFailed(line, f"{why}; use {command}@RANK, e.g. p@1 value.mean()"))
+            return
+        try:
+            answer = self.coordinator.forward(int(target), f"{command} {arg}".strip())
+        except (ValueError, TimeoutError) as exc:
+            emit(CommandFailed(line, str(exc)))
+            return
+        emit(Info(f"[rank {target}]"))
+        for event in answer:
+            emit(event)
+
+    def cmd_ranks(self, arg: str) -> None:
+        """ranks: where every rank of a distributed job is (running, waiting, paused at which node)."""
+        if self.coordinator is None:
+            emit(Info("ranks: this is a single process (no distributed job)"))
+            return
+        for text in self.coordinator.where():
+            emit(Info(text))
+
+    def serve(self, line: str, make_stop: Callable[[], "Stop"]) -> list[Any]:
+        """A command another rank sent here, run with this stop point bound; the events it emitted."""
+        events: list[Any] = []
+        name = line.partition(" ")[0]
+        if self.aliases.get(name, name) not in FORWARDED:
+            return [CommandFailed(line, f"only {', '.join(sorted(FORWARDED))} can be sent to another rank")]
+        saved = self.current
+        self.current = saved or make_stop()
+        try:
+            with use_sink(events.append):
+                super().execute(line)
+        finally:
+            self.current = saved
+        return events
