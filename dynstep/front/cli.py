@@ -5,6 +5,7 @@
     dynstep run SCRIPT [ARGS]            run a script, every torch.compile through superstep
     dynstep run -m MODULE [ARGS]         ... --pause SEL --probe SEL --commands "p value; c" --frontend pdb
     dynstep run --step-bytecode SCRIPT   step through the bytecode Dynamo wrote, and into its graphs
+    dynstep run --ranks 1 -m torch.distributed.run --nproc-per-node 2 train.py   (docs/distributed.md)
     dynstep run --dap 5679 [--wait] SCRIPT   serve the Debug Adapter Protocol (VS Code attaches; docs/vscode.md);
                                          --dap HOST:PORT off loopback needs --dap-token (or prints one)
     dynstep attach HOST:PORT             the terminal REPL driving a process served with --dap
@@ -67,6 +68,12 @@ def cmd_run(args: argparse.Namespace) -> Result:
     dap, problem = _dap_options(args)
     if problem:
         return False, f"dynstep run: {problem}", 2
+    from . import dist_cli
+
+    overrides = dist_cli.overrides_with_ranks(args, overrides)
+    if dist_cli.is_launcher(target, args.module is not None):   # torchrun: its workers run through dynstep
+        code = dist_cli.launch(target, script_args, overrides)
+        return code == 0, "", code
     code = run(target, script_args, overrides, module=args.module is not None,
                step_bytecode=args.step_bytecode, native=args.native, dap=dap)
     return code == 0, "", code
@@ -288,6 +295,9 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
     run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
     run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
+    from .dist_cli import add_arguments
+
+    add_arguments(run)
     run.add_argument("--step-bytecode", action="store_true",
                      help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
     run.add_argument("script", nargs="?", help="the script to run")
@@ -355,7 +365,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dynstep: {exc}", file=sys.stderr)
         return 2
     wiring.install()
+    from .dist_cli import split_launcher
+
+    argv, launcher_args = split_launcher(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if launcher_args is not None:   # torchrun's own options are not dynstep's
+        args.args = launcher_args
     ok, message, *code = VERBS[args.verb](args)
     if message:
         print(message, file=sys.stderr)

@@ -5,6 +5,7 @@ A hit belongs to a selector when that selector placed its probe, or when the hit
 placing one probe is a union: each hit is returned once, whichever selector placed it.
 
     filter_records(snaps, "op:layer_norm", kind="value")
+    filter_records(snaps, "module:layers.1", None, rank=1)     # what rank 1 recorded
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from ..core.records import Snapshot
 from . import selectors as sel
 
 
-def filter_records(snaps: list[Snapshot], selector: str | None, kind: str | None) -> list[Snapshot]:
+def filter_records(snaps: list[Snapshot], selector: str | None, kind: str | None,
+                   rank: int | None = None) -> list[Snapshot]:
+    if rank is not None:
+        snaps = [s for s in snaps if s.rank == rank]
     if kind is not None:
         snaps = [s for s in snaps if s.kind == kind]
     if selector is None:

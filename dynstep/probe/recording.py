@@ -10,6 +10,7 @@ recording's directory (any other name makes the whole load a `StorageError`), an
 files are opened (no symlink, FIFO or device: those chunks are reported as unreadable).
 
     rec = dynstep.load("run.dynstep");  rec.records("op:layer_norm");  rec.problems
+    rec.records("module:layers.1", rank=1)     # a distributed job's run.dynstep/rank<N>/, merged
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from ..core.errors import StorageError
 from ..core.records import STAT_FIELDS, Snapshot, Stats
 from ..graph.filter import filter_records
+from ..dist.paths import rank_dirs
 from .storage import FORMAT, READS, save
 
 CHUNK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")
@@ -46,8 +48,21 @@ class Recording:
     def all(self) -> list[Snapshot]:
         return list(self._snaps)
 
-    def records(self, selector: str | None = None, *, kind: str | None = None) -> list[Snapshot]:
-        return filter_records(self._snaps, selector, kind)
+    def records(self, selector: str | None = None, *, kind: str | None = None,
+                rank: int | None = None) -> list[Snapshot]:
+        """Snapshots filtered by selector, kind and rank (a distributed job's recording holds every rank)."""
+        return filter_records(self._snaps, selector, kind, rank)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({s.rank for s in self._snaps})
+
+    def compare_ranks(self, selector: str | None = None, **tolerance: float) -> list:
+        """Hits whose value differs between ranks: per hit, the first rank that differs from rank 0
+        (dynstep.dist.compare.RankDifference), for values every rank should hold alike."""
+        from ..dist.compare import compare_ranks
+
+        return compare_ranks(self.records(selector), **tolerance)
 
     def __len__(self) -> int:
         return len(self._snaps)
@@ -61,6 +76,20 @@ class Recording:
 
 def load(path: str | Path) -> Recording:
     path = Path(path)
+    ranks = rank_dirs(path)
+    if ranks:
+        return _merge(path, [_load_one(p) for p in ranks])
+    return _load_one(path)
+
+
+def _merge(path: Path, parts: list[Recording]) -> Recording:
+    """A distributed job's recording: every rank's snapshots, rank by rank, each in hit order."""
+    snaps = [s for part in parts for s in part.all()]
+    problems = tuple(f"{part.path.name}: {p}" for part in parts for p in part.problems)
+    return Recording(snaps, path, problems)
+
+
+def _load_one(path: Path) -> Recording:
     _check_manifest(path)
     problems: list[str] = []
     chunks = _Chunks(path, problems)
@@ -74,7 +103,7 @@ def load(path: str | Path) -> Recording:
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         warnings.warn(f"dynstep.load({str(path)!r}): {len(snaps)} snapshot(s) loaded, {len(problems)} problem(s): "
-                      f"{shown} (all in Recording.problems)", RuntimeWarning, stacklevel=2)
+                      f"{shown} (all in Recording.problems)", RuntimeWarning, stacklevel=3)
     return Recording(snaps, path, tuple(problems))
 
 
@@ -141,7 +170,7 @@ def _snapshot(meta: Any, chunks: "_Chunks") -> Snapshot:
         raise _Invalid(f"field 'shape' must be a list of non-negative integers, got {shape!r}")
     values["shape"] = tuple(shape)
     values["stats"] = _stats(meta.get("stats"))
-    for name, default in (("site", -1), ("seq", 0)):
+    for name, default in (("site", -1), ("seq", 0), ("rank", 0), ("world_size", 1)):
         values[name] = _field(meta, name, int, default)
     values["source_text"] = _field(meta, "source_text", str, "")
     values["tensor"] = chunks.tensor(meta.get("tensor"))

@@ -36,6 +36,7 @@ from pathlib import Path
 from ..core.errors import OptionsError, SessionError
 from ..core.records import Snapshot
 from ..core.sites import SITES
+from ..dist.paths import rank_path
 from ..graph.filter import filter_records
 from . import rings
 from .storage import Writer, save
@@ -69,7 +70,7 @@ class Session:
         self.dropped_by_memory_cap = 0  # of those, dropped to keep under the record memory cap
         self._writer = None
         if path is not None:
-            self._writer = Writer(Path(path))
+            self._writer = Writer(rank_path(Path(path)))
         self._token: contextvars.Token | None = None
         self._thread: int | None = None       # the thread that entered the session
         self.unwritten = 0                     # hits the recording could not take (kept in the rings)
@@ -120,9 +121,10 @@ class Session:
             snaps = [s for ring in self._rings.values() for s in ring]
         return sorted(snaps, key=lambda s: s.seq)
 
-    def records(self, selector: str | None = None, *, kind: str | None = None) -> list[Snapshot]:
-        """Snapshots in hit order, filtered with the selector grammar (None: all)."""
-        return filter_records(self.all(), selector, kind)
+    def records(self, selector: str | None = None, *, kind: str | None = None,
+                rank: int | None = None) -> list[Snapshot]:
+        """Snapshots in hit order, filtered with the selector grammar (None: all) and by rank."""
+        return filter_records(self.all(), selector, kind, rank)
 
     def __len__(self) -> int:
         _drain()
@@ -130,7 +132,8 @@ class Session:
             return sum(len(r) for r in self._rings.values())
 
     def save(self, path: str | Path) -> Path:
-        return save(self.all(), Path(path))
+        """Write the recording (in a multi-rank job: PATH/rank<N>, one per rank)."""
+        return save(self.all(), rank_path(Path(path)))
 
     def clear(self) -> None:
         _drain()

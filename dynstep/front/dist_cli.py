@@ -1,0 +1,98 @@
+"""`dynstep run` for distributed jobs: ``--ranks``, and a launcher as the target.
+
+    dynstep run --pause "module:layers.1" --ranks 1 -m torch.distributed.run --nproc-per-node 2 train.py
+    dynstep run --ranks all torchrun --nproc-per-node 2 train.py        (the torchrun script works too)
+
+torchrun starts its workers as new processes, so patching `torch.compile` in this process would
+reach none of them. Instead the launcher runs here with its training script replaced by
+``python -m dynstep run TRAINING_SCRIPT ...``, and every option travels to the workers in the
+environment (DYNSTEP_PAUSE, DYNSTEP_RANKS, ...), where superstep reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")
+_LISTS = ("probe", "pause")
+_VALUES = ("commands", "frontend", "inner", "nan")
+
+
+def add_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument("--ranks", default=None, metavar="0|1,3|all",
+                     help="in a distributed job: the ranks that pause (default 0); the others wait")
+
+
+def overrides_with_ranks(args: argparse.Namespace, overrides: dict[str, object]) -> dict[str, object]:
+    if getattr(args, "ranks", None) is not None:
+        return {**overrides, "ranks": args.ranks}
+    return overrides
+
+
+def split_launcher(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """`dynstep run [options] -m torch.distributed.run|torchrun LAUNCHER ARGS`: the part dynstep
+    parses, and the launcher's own arguments (None when the target is no launcher)."""
+    argv = list(argv)
+    if not argv or argv[0] != "run":
+        return argv, None
+    for i, word in enumerate(argv[1:], 1):
+        if word == "-m" and i + 1 < len(argv) and argv[i + 1] in LAUNCHERS:
+            return argv[:i + 2], argv[i + 2:]
+        if os.path.basename(word) == "torchrun" and argv[i - 1] not in ("-m",):
+            return argv[:i + 1], argv[i + 1:]
+    return argv, None
+
+
+def is_launcher(target: str, module: bool) -> bool:
+    return target in LAUNCHERS if module else os.path.basename(target) == "torchrun"
+
+
+def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any]) -> int:
+    """Run torchrun here, its workers through `dynstep run`, the options in their environment."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    from ..core.errors import OptionsError
+    from ..core.options import parse_ranks
+
+    try:
+        parse_ranks(overrides.get("ranks"))
+    except OptionsError as exc:
+        print(f"dynstep run: {exc}", file=sys.stderr)
+        return 2
+    args = parse_args(list(script_args))
+    if args.no_python:
+        print("dynstep run: torchrun --no-python runs no Python script; dynstep cannot reach its workers",
+              file=sys.stderr)
+        return 2
+    worker = ["-m", args.training_script] if args.module else [args.training_script]
+    args.module, args.training_script = True, "dynstep"
+    args.training_script_args = ["run", *worker, *args.training_script_args]
+    os.environ.update(environment(overrides, os.environ))
+    try:
+        run(args)
+    except ChildFailedError as exc:
+        codes = sorted({f.exitcode for f in exc.failures.values()})
+        return 3 if codes == [3] else 1
+    return 0
+
+
+def environment(overrides: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """The DYNSTEP_* variables that carry `dynstep run`'s options to the workers."""
+    out: dict[str, str] = {}
+    for name in _LISTS:
+        if overrides.get(name):
+            given = [p for p in env.get(f"DYNSTEP_{name.upper()}", "").split(",") if p.strip()]
+            out[f"DYNSTEP_{name.upper()}"] = ",".join([*given, *overrides[name]])
+    for name in _VALUES:
+        if overrides.get(name) is not None:
+            out[f"DYNSTEP_{name.upper()}"] = str(overrides[name])
+    if overrides.get("step"):
+        out["DYNSTEP_STEP"] = "1"
+    if overrides.get("ranks") is not None:
+        out["DYNSTEP_RANKS"] = str(overrides["ranks"])
+    return out
