@@ -72,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> Result:
 
     overrides = dist_cli.overrides_with_ranks(args, overrides)
     if dist_cli.is_launcher(target, args.module is not None):   # torchrun: its workers run through dynstep
-        code = dist_cli.launch(target, script_args, overrides)
+        code = dist_cli.launch(target, script_args, overrides, dap)
         return code == 0, "", code
     code = run(target, script_args, overrides, module=args.module is not None,
                step_bytecode=args.step_bytecode, native=args.native, dap=dap)

@@ -38,6 +38,12 @@ def default_sink(event: object) -> None:
         render(event)
 
 
+def use_console(console: Console) -> None:
+    """Probe lines and warnings on another console (a distributed job's rank: the launcher's terminal)."""
+    global _err
+    _err = console
+
+
 def snapshots_table(snaps: Sequence[Snapshot], title: str = "probe hits") -> Table:
     table = Table(title=title, show_lines=False, header_style="bold")
     for col, just in (("kind", "left"), ("module", "left"), ("node", "left"), ("op", "left"),

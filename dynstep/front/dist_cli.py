@@ -51,8 +51,10 @@ def is_launcher(target: str, module: bool) -> bool:
     return target in LAUNCHERS if module else os.path.basename(target) == "torchrun"
 
 
-def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any]) -> int:
-    """Run torchrun here, its workers through `dynstep run`, the options in their environment."""
+def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any],
+           dap: Mapping[str, Any] | None = None) -> int:
+    """Run torchrun here, its workers through `dynstep run`, the options in their environment
+    (with --dap PORT each worker serves the Debug Adapter Protocol on PORT + its local rank)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
@@ -73,6 +75,11 @@ def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any]
     args.module, args.training_script = True, "dynstep"
     args.training_script_args = ["run", *worker, *args.training_script_args]
     os.environ.update(environment(overrides, os.environ))
+    if dap is not None:
+        os.environ["DYNSTEP_DAP"] = str(dap["address"])
+        os.environ["DYNSTEP_DAP_WAIT"] = "1" if dap.get("wait") else "0"
+        if dap.get("token"):
+            os.environ["DYNSTEP_DAP_TOKEN"] = str(dap["token"])
     try:
         run(args)
     except ChildFailedError as exc:

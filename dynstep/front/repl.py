@@ -41,7 +41,7 @@ class ReplFrontend:
     def read(self, prompt: str) -> str | None:
         """One line from the terminal (None at end of input); Ctrl-C reads as `quit`."""
         try:
-            return input(prompt)
+            return self._input(prompt)
         except EOFError:
             return None
         except KeyboardInterrupt:
@@ -51,7 +51,7 @@ class ReplFrontend:
     def run(self, stepper: "Stepper", stop: "Stop") -> None:
         while True:
             try:
-                line = input(PROMPT)
+                line = self._input(PROMPT)
             except EOFError:
                 stepper.detach("dynstep: end of input; continuing to the end")
                 return
@@ -65,6 +65,16 @@ class ReplFrontend:
                     pass   # history is a convenience; an unwritable home must not stop the session
             if stepper.execute(line):
                 return
+
+
+    def _input(self, prompt: str) -> str:
+        return input(prompt)
+
+
+def use_console(console: Console) -> None:
+    """Render the stepper's events on another console (a distributed job's rank: the launcher's terminal)."""
+    global _console
+    _console = console
 
 
 def _setup_readline():
