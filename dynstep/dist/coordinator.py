@@ -1,0 +1,288 @@
+"""The lockstep of a distributed job over the process group's store (docs/distributed.md).
+
+Every rank runs the same compiled graphs, so every rank meets the same stop points in the same
+order; each one is a store barrier, numbered k = 0, 1, 2, ... on every rank:
+
+  1. a rank chosen to pause (`ranks`) that stops at #k marks ``paused/<rank>``, raises its
+     collective timeout, takes the terminal turn and runs its front end; the others are held in
+     step 2, on the store, with no collective in flight;
+  2. every rank arrives: ``n = add(arr/<k>, 1)``; the last one sets ``go/<k>`` (and clears #k-1);
+     the others poll for ``go/<k>``, meanwhile answering commands sent to them (``p@1 ...``),
+     watching ``quit`` and the heartbeats of the ranks not there yet.
+
+A graph call that could run with or without stop points (`TwoVariants`) first agrees with the
+other ranks (`agree`, a barrier whose answer is "does any rank want stop points").
+
+    coord = Coordinator(ranks="all")
+    coord.stop_point(site, pause=lambda: ..., serve=lambda line: [events])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from .. import _compat
+from ..core.events import Info, emit
+from ..core.sites import Site
+from . import forward, identity
+from .exits import QUIT_CODE, TermGuard, quitting
+from .liveness import Heartbeat, Watch
+from .ranks import check_job
+from .store import Backoff, counter, open_store, read
+
+STATUS_EVERY = 0.05     # while waiting: requests, quit, paused ranks, heartbeats this often (s)
+ANSWER_TIMEOUT = 60.0   # p@N waits this long for rank N's answer (s)
+Serve = Callable[[str], list]
+
+
+class Coordinator:
+    def __init__(self, ranks: str | tuple[int, ...] | None = None) -> None:
+        self.ranks = ranks
+        self.k = 0              # the next stop point's number
+        self.here = -1          # the stop point in progress
+        self.ident: identity.Identity | None = None
+        self.pausers: frozenset[int] = frozenset()
+        self.store: Any = None
+        self.saved_timeout: timedelta | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.pauses = 0         # this rank's stops so far (names a pause in paused/<rank>)
+
+    # -- resolving the job, lazily (the first stop point at run time) --------------------------------
+    def resolve(self) -> identity.Identity:
+        if self.ident is None:
+            ident = identity.current()
+            self.pausers = check_job(self.ranks, ident)
+            if ident.multi:
+                self.store = open_store(ident)
+                self.heartbeat = Heartbeat(self.store.clone(), ident.rank)
+            self.ident = ident
+        return self.ident
+
+    @property
+    def alone(self) -> bool:
+        return not self.resolve().multi
+
+    def may_pause(self) -> bool:
+        return self.resolve().rank in self.pausers
+
+    # -- the two barriers ----------------------------------------------------------------------------
+    def agree(self, want: bool) -> bool:
+        """A graph call with two variants: True when any rank wants the one with stop points."""
+        if self.alone:
+            return want
+        k = self._next()
+        if want:
+            self.store.add(f"want/{k}", 1)
+        return self._barrier(k, {"node": "(graph call)"}, None) > 0
+
+    def stop_point(self, site: Site, pause: Callable[[], None], serve: Serve) -> None:
+        """One stop point: this rank's own stop (when it may pause), then the barrier."""
+        if self.alone:
+            pause()
+            return
+        k = self._next()
+        if self.may_pause():
+            pause()
+        self._barrier(k, {"node": site.node, "graph": site.graph, "source": site.source}, serve)
+
+    def _next(self) -> int:
+        self.here, self.k = self.k, self.k + 1
+        return self.here
+
+    def _barrier(self, k: int, where: dict, serve: Serve | None) -> int:
+        s, rank, world = self.store, self.ident.rank, self.ident.world
+        try:
+            s.set(f"at/{rank}", json.dumps({"k": k, **where}))
+            if s.add(f"arr/{k}", 1) == world:
+                wants = counter(s, f"want/{k}")
+                s.set(f"go/{k}", f"go:{wants}")
+                for key in (f"arr/{k - 1}", f"go/{k - 1}", f"want/{k - 1}"):
+                    s.delete_key(key)
+            else:
+                with TermGuard(lambda: self._waiting_for(k)):
+                    self._wait(k, serve)
+            verdict = s.get(f"go/{k}").decode()
+        except RuntimeError as exc:   # DistNetworkError, DistStoreError: the store went away
+            raise self._lost_store(k, exc) from None
+        if verdict.startswith("quit"):
+            self._on_quit()
+        return int(verdict.partition(":")[2] or 0)
+
+    def _wait(self, k: int, serve: Serve | None) -> None:
+        s, poll = self.store, Backoff()
+        watch = Watch(self, k)
+        next_look = time.monotonic() + STATUS_EVERY
+        while not s.check([f"go/{k}"]):
+            if time.monotonic() >= next_look:
+                next_look = time.monotonic() + STATUS_EVERY
+                self._look_around(watch, serve)
+            poll.sleep()
+        watch.done()
+
+    def _look_around(self, watch: "Watch", serve: Serve | None) -> None:
+        if self.store.check(["quit"]):
+            self._on_quit()
+        if serve is not None:
+            self.answer_requests(serve)
+        watch.look()
+
+    # -- a pause on this rank ------------------------------------------------------------------------
+    def enter_pause(self, info: dict[str, str]) -> str | None:
+        """Before this rank's front end runs: mark the pause, raise the collective timeout, wait for
+        the terminal turn. Returns a command to run instead of asking (`step --all` from another rank)."""
+        if self.alone:
+            return None
+        self.pauses += 1
+        rank = self.ident.rank
+        info = {**info, "attach": _attach_address(self.ident)}
+        self.store.set(f"paused/{rank}", json.dumps({"k": self.here, "pause": self.pauses, **info}))
+        self.raise_timeout()
+        follow = self._take_turn()
+        if follow is not None:
+            emit(Info(f"dynstep: rank {rank} steps with the other paused ranks (step --all)"))
+        return follow
+
+    def leave_pause(self) -> None:
+        if self.alone:
+            return
+        rank = self.ident.rank
+        self.store.delete_key(f"paused/{rank}")
+        self.store.compare_set("turn", str(rank), "")
+        self.restore_timeout()
+
+    def _take_turn(self) -> str | None:
+        """One paused rank at a time talks to the terminal; a waiting one follows `step --all`."""
+        s, mine, poll = self.store, str(self.ident.rank), Backoff(cap=0.05)
+        while s.compare_set("turn", "", mine).decode() != mine:
+            follow = read(s, f"follow/{self.here}")
+            if follow is not None:
+                return follow
+            if s.check(["quit"]):
+                self._on_quit()
+            self.answer_requests(None)
+            poll.sleep()
+        return read(s, f"follow/{self.here}")   # `step --all` may have come just as the turn came free
+
+    def step_all(self) -> None:
+        """`step --all`: every other rank paused at this stop point steps too, without asking."""
+        if not self.alone:
+            self.store.set(f"follow/{self.here}", "step")
+
+    def raise_timeout(self) -> None:
+        if self.saved_timeout is None and self.ident is not None and self.ident.has_group:
+            self.saved_timeout = _compat.pg_timeout()
+            if self.saved_timeout is not None:
+                _compat.set_pg_timeout(timedelta(days=1))
+
+    def restore_timeout(self) -> None:
+        if self.saved_timeout is not None:
+            _compat.set_pg_timeout(self.saved_timeout)
+            self.saved_timeout = None
+
+    # -- commands for another rank (p@1 ...) ---------------------------------------------------------
+    def forward(self, rank: int, line: str) -> list[object]:
+        """Send a command to `rank` (waiting or paused at this stop point) and return its answer."""
+        ident = self.resolve()
+        if not 0 <= rank < ident.world:
+            raise ValueError(f"rank {rank} does not exist in this job of {ident.world} rank(s) (0-{ident.world - 1})")
+        if rank == ident.rank:
+            raise ValueError(f"rank {rank} is this rank; run the command without @{rank}")
+        ticket = int(self.store.add(f"tickets/{rank}", 1))
+        self.store.set(f"req/{rank}/{ticket}", json.dumps({"from": ident.rank, "line": line}))
+        deadline, poll = time.monotonic() + ANSWER_TIMEOUT, Backoff(cap=0.05)
+        while time.monotonic() < deadline:
+            answer = read(self.store, f"resp/{rank}/{ticket}")
+            if answer is not None:
+                self.store.delete_key(f"resp/{rank}/{ticket}")
+                return forward.decode(answer)
+            poll.sleep()
+        raise TimeoutError(f"rank {rank} did not answer {line!r} within {ANSWER_TIMEOUT:.0f} s (it answers while it "
+                           "waits at a stop point; `ranks` shows where it is)")
+
+    def answer_requests(self, serve: Serve | None) -> None:
+        s, rank = self.store, self.ident.rank
+        done = counter(s, f"served/{rank}")
+        if counter(s, f"tickets/{rank}") <= done:
+            return
+        ticket = done + 1
+        request = read(s, f"req/{rank}/{ticket}")
+        if request is None:
+            return
+        line = json.loads(request)["line"]
+        events = serve(line) if serve is not None else [Info(f"rank {rank} is paused at its own prompt; "
+                                                               "ask it there")]
+        s.set(f"resp/{rank}/{ticket}", forward.encode(events))
+        s.delete_key(f"req/{rank}/{ticket}")
+        s.add(f"served/{rank}", 1)
+
+    def where(self) -> list[str]:
+        """`ranks`: one line per rank, where it is."""
+        ident = self.resolve()
+        lines = []
+        for r in range(ident.world):
+            at = json.loads(read(self.store, f"at/{r}") or '{"k": -1}') if not self.alone else {"k": self.here}
+            paused = read(self.store, f"paused/{r}") if not self.alone else None
+            if paused:
+                at = json.loads(paused)
+            state = "paused" if paused else ("running" if at["k"] < self.here else "waiting")
+            if r == ident.rank:
+                state, at = "paused (this prompt)", {**at, "k": self.here}
+            lines.append(f"rank {r}: {state} at stop #{at['k']} {at.get('node', '-')}"
+                         f"{'  (may pause)' if r in self.pausers else ''}")
+        return lines
+
+    # -- ending ---------------------------------------------------------------------------------------
+    def quit_all(self, reason: str, code: int = QUIT_CODE) -> BaseException:
+        """Tell every rank to stop (they print why and exit with `code`); returns what to raise here."""
+        if self.alone:
+            return quitting(code)
+        s = self.store
+        s.set("quit", json.dumps({"rank": self.ident.rank, "code": code, "reason": reason}))
+        s.set(f"go/{self.here}", f"quit:{code}")
+        emit(Info(f"dynstep: quitting every rank: {reason}"))
+        deadline = time.monotonic() + 3.0
+        while counter(s, "quit_ack") < self.ident.world - 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.close()
+        return quitting(code)
+
+    def _on_quit(self) -> None:
+        q = json.loads(self.store.get("quit"))
+        emit(Info(f"dynstep: rank {self.ident.rank} stops: {q['reason']}"))
+        self.store.add("quit_ack", 1)
+        self.close()
+        raise quitting(int(q.get("code", QUIT_CODE)))
+
+    def _waiting_for(self, k: int) -> str:
+        missing = []
+        for r in range(self.ident.world):
+            at = json.loads(read(self.store, f"at/{r}") or '{"k": -1}')
+            if r != self.ident.rank and at["k"] < k:
+                missing.append(f"rank {r} (last seen at stop #{at['k']} {at.get('node', '')})".rstrip())
+        return f"rank {self.ident.rank} waited at stop #{k} for {', '.join(missing) or 'the other ranks'}"
+
+    def _lost_store(self, k: int, exc: Exception) -> BaseException:
+        first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        emit(Info(f"dynstep: rank {self.ident.rank} lost the job's store at stop #{k} ({first}); the store lives in "
+                  "torchrun's agent, or in rank 0 without torchrun: did it die?"))
+        self.close()
+        return quitting(QUIT_CODE)
+
+    def close(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        self.restore_timeout()
+
+
+def _attach_address(ident: identity.Identity) -> str:
+    """Where a client can answer this rank's pause: its DAP server (DYNSTEP_DAP: PORT + local rank)."""
+    address = os.environ.get("DYNSTEP_DAP", "").strip()
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        return f"rank {ident.rank}'s prompt"
+    return f"dynstep attach {host or '127.0.0.1'}:{int(port) + ident.local_rank}"

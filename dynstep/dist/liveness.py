@@ -1,0 +1,111 @@
+"""Is every rank still there? Heartbeats on the store, and what a waiting rank watches.
+
+Each rank's heartbeat thread adds 1 to ``hb/<rank>`` every second on its own store connection
+(a store client is not shared across threads). A waiting rank reads the counters of the ranks
+that have not arrived; one that has not changed for DYNSTEP_DEAD_AFTER seconds (default 30) ends
+the job with a message naming that rank, instead of waiting forever.
+
+    hb = Heartbeat(store.clone(), rank); ...; hb.stop()
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..core.events import Info, emit
+from .store import counter, read
+
+if TYPE_CHECKING:
+    from .coordinator import Coordinator
+
+PERIOD = 1.0
+
+
+class Heartbeat:
+    def __init__(self, store: Any, rank: int) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(store, rank), name="dynstep-heartbeat", daemon=True)
+        self._thread.start()
+        # stopped before the interpreter tears down: a daemon thread inside a store call at exit
+        # aborts the process ("terminate called without an active exception")
+        atexit.register(self.stop)
+
+    def _beat(self, store: Any, rank: int) -> None:
+        while not self._stop.is_set():
+            try:
+                store.add(f"hb/{rank}", 1)
+            except Exception:   # the store is gone: the waiting side reports it
+                return
+            self._stop.wait(PERIOD)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+
+
+def dead_after() -> float:
+    raw = os.environ.get("DYNSTEP_DEAD_AFTER", "").strip()
+    return float(raw) if raw else 30.0
+
+
+class Watch:
+    """What a rank waiting at stop point k looks at every few hundredths of a second."""
+
+    def __init__(self, coord: "Coordinator", k: int) -> None:
+        self.coord, self.k = coord, k
+        self.announced: set[tuple[int, int]] = set()
+        self.seen: dict[int, tuple[int, float]] = {}
+        self.raised = False
+        self.limit = dead_after()
+        self.next_beat_check = time.monotonic() + PERIOD
+
+    def look(self) -> None:
+        ident, s = self.coord.ident, self.coord.store
+        assert ident is not None
+        beats = time.monotonic() >= self.next_beat_check
+        for r in range(ident.world):
+            if r == ident.rank:
+                continue
+            paused = read(s, f"paused/{r}")
+            if paused is not None:
+                self._announce(r, json.loads(paused))
+            if beats:
+                self._check_heartbeat(r)
+        if beats:
+            self.next_beat_check = time.monotonic() + PERIOD
+
+    def _announce(self, r: int, info: dict) -> None:
+        if not self.raised:
+            self.coord.raise_timeout()
+            self.raised = True
+        if (r, info.get("pause", 0)) in self.announced:
+            return
+        self.announced.add((r, info.get("pause", 0)))
+        where = info.get("attach") or f"rank {r}'s prompt"
+        emit(Info(f"dynstep: rank {self.coord.ident.rank} waits at stop #{self.k}: rank {r} is paused at node "
+                  f"{info.get('node')} ({info.get('source') or info.get('graph', '')}); answer it at {where}"))
+
+    def _check_heartbeat(self, r: int) -> None:
+        s, now = self.coord.store, time.monotonic()
+        at = json.loads(read(s, f"at/{r}") or '{"k": -1}')
+        if at["k"] >= self.k:
+            return   # it is here already
+        beat = counter(s, f"hb/{r}")
+        last = self.seen.get(r)
+        if last is None or last[0] != beat:
+            self.seen[r] = (beat, now)
+        elif now - last[1] > self.limit:
+            me = self.coord.ident.rank
+            raise self.coord.quit_all(
+                f"rank {r} is not responding (no heartbeat for {now - last[1]:.0f} s; last seen at stop #{at['k']} "
+                f"{at.get('node', '')}) while rank {me} waited at stop #{self.k}: it may have died")
+
+    def done(self) -> None:
+        if self.raised:
+            self.coord.restore_timeout()

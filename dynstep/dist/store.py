@@ -1,0 +1,60 @@
+"""The store the ranks meet on: the default process group's store, or torchrun's agent store.
+
+Keys live under ``dynstep/<run id>/<restart>/`` so a job torchrun restarts never reads the keys of
+the attempt before it. Waiting is polling (`check` with a short backoff), never a timed
+`store.wait`: a long blocking wait keeps Python's signal handlers from running (SIGTERM from the
+launcher) and every timed-out wait logs C++ warnings.
+
+    store = open_store(identity)
+    poll = Backoff(); while not store.check([key]): poll.sleep()
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from .. import _compat
+from ..core.errors import OptionsError
+from .identity import Identity
+
+
+def open_store(ident: Identity) -> Any:
+    import torch.distributed as dist
+
+    if ident.has_group:
+        base = _compat.default_store()
+    elif ident.launcher == "torchrun" and "MASTER_ADDR" in os.environ:
+        # torchrun's agent hosts a TCPStore on MASTER_ADDR:MASTER_PORT that outlives its workers
+        base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                             timeout=timedelta(seconds=60))
+    else:
+        raise OptionsError(f"rank {ident.rank} of {ident.world}: no process group to coordinate the ranks on; "
+                           "call torch.distributed.init_process_group before the first compiled call")
+    scope = f"dynstep/{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+    return dist.PrefixStore(scope, base)
+
+
+def read(store: Any, key: str) -> str | None:
+    """The value of `key`, or None when it is not set (a plain `get` would block until it is)."""
+    if not store.check([key]):
+        return None
+    return store.get(key).decode()
+
+
+def counter(store: Any, key: str) -> int:
+    """A counter's value without changing it (add 0 never blocks)."""
+    return int(store.add(key, 0))
+
+
+class Backoff:
+    """Sleeps from 0.2 ms up to `cap` seconds, doubling: fast when the others are close behind."""
+
+    def __init__(self, cap: float = 0.02) -> None:
+        self.cap, self.delay = cap, 0.0
+
+    def sleep(self) -> None:
+        time.sleep(self.delay)
+        self.delay = min(self.cap, self.delay * 2 if self.delay else 0.0002)

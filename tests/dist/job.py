@@ -1,0 +1,143 @@
+"""A DDP training job of a small transformer for the distributed tests (gloo, CPU).
+
+    torchrun --nproc-per-node 2 tests/dist/job.py --out DIR [--steps 2] [--record DIR]
+
+Every torch.compile option comes from DYNSTEP_* (pause, ranks, commands...). Each rank writes
+DIR/rank<N>.json: its losses and a checksum of its parameters. `simulate()` computes what each
+rank must see, in eager, in one process (the gradients averaged as DDP does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+DIM, SEQ, BATCH, WORLD = 16, 6, 3, 2
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(DIM)
+        self.qkv = nn.Linear(DIM, 3 * DIM)
+        self.proj = nn.Linear(DIM, DIM)
+        self.mlp = nn.Sequential(nn.Linear(DIM, 2 * DIM), nn.GELU(), nn.Linear(2 * DIM, DIM))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / DIM ** 0.5, dim=-1)
+        x = x + self.proj(att @ v)
+        return x + self.mlp(x)
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Block(), Block()])
+        self.head = nn.Linear(DIM, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x).pow(2).mean()
+
+
+def model() -> Tiny:
+    torch.manual_seed(0)
+    return Tiny()
+
+
+def batch(rank: int, step: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(BATCH, SEQ, DIM, generator=g)
+
+
+def checksum(m: nn.Module) -> list[float]:
+    return [float(p.detach().double().sum()) for p in m.parameters()]
+
+
+def simulate(steps: int, set_rank: int = -1, set_scale: float = 1.0) -> dict[int, dict]:
+    """Eager, one process: each rank's forward, gradients averaged as DDP does, the same SGD steps.
+    Per rank: losses, parameter checksums after training, and each layer's output per step."""
+    m = model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    out: dict[int, dict] = {r: {"losses": [], "layers": {"layers.0": [], "layers.1": []}} for r in range(WORLD)}
+    for step in range(steps):
+        grads = None
+        for rank in range(WORLD):
+            hooks = [m.layers[1].register_forward_hook(_scale(set_scale))] if (rank, step) == (set_rank, 0) else []
+            hooks += [m.layers[i].register_forward_hook(_keep(out[rank]["layers"][f"layers.{i}"])) for i in (0, 1)]
+            m.zero_grad()
+            loss = m(batch(rank, step))
+            loss.backward()
+            for h in hooks:
+                h.remove()
+            out[rank]["losses"].append(loss.item())
+            mine = [p.grad.clone() for p in m.parameters()]
+            grads = mine if grads is None else [a + b for a, b in zip(grads, mine)]
+        for p, g in zip(m.parameters(), grads):
+            p.grad = g / WORLD
+        opt.step()
+    for rank in range(WORLD):
+        out[rank]["params"] = checksum(m)
+    return out
+
+
+def _keep(into: list):
+    return lambda mod, inp, o: into.append(o.detach().clone())
+
+
+def _scale(factor: float):
+    def hook(mod, inp, o):   # what `set value = value * factor` does at a pause: in place, unseen by autograd
+        with torch.no_grad():
+            o.mul_(factor)
+    return hook
+
+
+def write(out: str, rank: int, data: dict) -> None:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(data, f)
+
+
+def train(args: argparse.Namespace) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import dynstep
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    ddp = DDP(model())
+    compiled = torch.compile(ddp, backend="superstep", options={"inner": args.inner})
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    losses = []
+    session = dynstep.session(path=args.record) if args.record else dynstep.session()
+    with session:
+        for step in range(args.steps):
+            opt.zero_grad()
+            loss = compiled(batch(rank, step))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    write(args.out, rank, {"losses": losses, "params": checksum(ddp.module)})
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--inner", default="aot_eager")
+    ap.add_argument("--record", default=None)
+    train(ap.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Distributed jobs for real: two CPU processes, gloo, DDP training of a small transformer
+(tests/dist/job.py) under torchrun, through `dynstep run`, and under a launcher of our own.
+
+Each test compares with `job.simulate()`, the same training in eager in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import dynstep
+
+from . import job
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = str(Path(__file__).with_name("job.py"))
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
+
+
+def env(**dynstep_vars: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DYNSTEP_")}
+    return {**base, "PYTHONPATH": str(ROOT), "DYNSTEP_NATIVE": "0", "OMP_NUM_THREADS": "1", "NO_COLOR": "1",
+            "COLUMNS": "200", "TORCH_CPP_LOG_LEVEL": "ERROR", "PYTHONWARNINGS": "ignore",
+            **{f"DYNSTEP_{k.upper()}": v for k, v in dynstep_vars.items()}}
+
+
+def run(argv: list[str], environ: dict[str, str], timeout: int = 150) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], env=environ, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def torchrun(*args: str, environ: dict[str, str]) -> subprocess.CompletedProcess:
+    return run(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", JOB, *args], environ)
+
+
+def results(out: Path) -> dict[int, dict]:
+    return {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(2)}
+
+
+def assert_trained_like(got: dict[int, dict], expected: dict[int, dict]) -> None:
+    for rank in range(2):
+        assert got[rank]["losses"] == pytest.approx(expected[rank]["losses"], rel=1e-5, abs=1e-6), rank
+        assert got[rank]["params"] == pytest.approx(expected[rank]["params"], rel=1e-5, abs=1e-5), rank
+
+
+def test_per_rank_recordings_of_a_ddp_step_equal_each_ranks_eager_values(tmp_path):
+    record = tmp_path / "run.dynstep"
+    done = torchrun("--out", str(tmp_path), "--record", str(record),
+                    environ=env(probe="module:layers.*", actions="record"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = job.simulate(steps=2)
+    assert_trained_like(results(tmp_path), expected)
+    assert sorted(p.name for p in record.iterdir()) == ["rank0", "rank1"]
+    rec = dynstep.load(record)
+    assert rec.ranks == [0, 1] and not rec.problems
+    for rank in range(2):
+        for layer in ("layers.0", "layers.1"):
+            snaps = [s for s in rec.records(f"module:{layer}", rank=rank) if s.module == layer]
+            assert [(s.rank, s.world_size) for s in snaps] == [(rank, 2)] * 2
+            for snap, eager in zip(snaps, expected[rank]["layers"][layer]):
+                torch.testing.assert_close(snap.tensor, eager, rtol=1e-5, atol=1e-5)
+    differing = {d.node for d in rec.compare_ranks()}   # each rank has its own batch: every layer differs
+    assert differing and all(d.rank == 1 for d in rec.compare_ranks())
+
+
+def test_pause_on_rank_1_only_set_and_continue_equals_eager_with_the_change(tmp_path):
+    commands = "p value.mean(); p@0 value.mean(); ranks; set value = value * 0.5; c"
+    done = run(["-m", "dynstep", "run", "--pause", "module:layers.1", "--ranks", "1", "--commands", commands,
+                "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", JOB, "--out", str(tmp_path)],
+               env())
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-3000:]
+    assert_trained_like(results(tmp_path), job.simulate(steps=2, set_rank=1, set_scale=0.5))
+    assert "rank 0 waits at stop #" in text and "rank 1 is paused at node" in text
+    assert "[rank 0]" in text and "rank 1: paused (this prompt)" in text and "rank 0: waiting" in text
+    assert text.count("── paused") == 2   # rank 1 only: step 0 (commands), step 1 (script ran out)
+
+
+def test_q_on_one_rank_ends_every_rank(tmp_path):
+    done = torchrun("--out", str(tmp_path), environ=env(pause="module:layers.1", ranks="1", commands="q"))
+    text = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "dynstep: quitting every rank: quit at node x_3" in text
+    assert "dynstep: rank 0 stops: quit at node x_3" in text
+    assert text.count("exitcode  : 3") == 2, text[-3000:]
+    assert not list(tmp_path.glob("rank*.json"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_rank_that_dies_while_the_other_waits_ends_the_job_with_its_name(tmp_path):
+    port = str(_free_port())
+    # rank 1 pauses and dies at its prompt (SIGKILL: no goodbye), while rank 0 waits at the stop point
+    die = "p __import__('os').kill(__import__('os').getpid(), 9)"
+    environ = env(pause="module:layers.1", ranks="1", commands=die, dead_after="2")
+    procs = [subprocess.Popen([sys.executable, JOB, "--out", str(tmp_path)], cwd=ROOT,
+                              env={**environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(r),
+                                   "WORLD_SIZE": "2", "LOCAL_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=150)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[1].returncode == -9
+    assert procs[0].returncode == 3, outs[0][-3000:]
+    assert "rank 1 is not responding (no heartbeat for" in outs[0]
+    assert "while rank 0 waited at stop #" in outs[0] and "it may have died" in outs[0]
+
+
+def test_the_paused_rank_prompts_on_the_launchers_terminal_when_its_output_is_hidden(tmp_path):
+    """torchrun --local-ranks-filter 0 hides rank 1's stdout and stderr; rank 1 pauses anyway, and its
+    stop and `[rank 1] (dynstep)` prompt reach the terminal torchrun runs in (a real pseudo-terminal)."""
+    pexpect = pytest.importorskip("pexpect")
+    child = pexpect.spawn(sys.executable, ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                                           "--local-ranks-filter", "0", JOB, "--out", str(tmp_path)],
+                          cwd=str(ROOT), env={**env(pause="module:layers.1", ranks="1"), "TERM": "dumb"},
+                          encoding="utf-8", timeout=120, dimensions=(50, 200))
+    try:
+        child.expect_exact("[rank 1] (dynstep) ")
+        child.sendline("p value.shape")
+        child.expect_exact("torch.Size([3, 6, 16])")
+        child.expect_exact("[rank 1] (dynstep) ")
+        child.sendline("set value = value * 0.5")
+        child.expect_exact("[rank 1] (dynstep) ")
+        child.sendline("c")
+        child.expect_exact("[rank 1] (dynstep) ")   # the next step's forward
+        child.sendline("c")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0, child.before
+    assert_trained_like(results(tmp_path), job.simulate(steps=2, set_rank=1, set_scale=0.5))
+
+
+def test_step_all_advances_every_paused_rank_in_lockstep(tmp_path):
+    done = torchrun("--out", str(tmp_path), environ=env(pause="module:layers.1", ranks="all", commands="s --all; c"))
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-3000:]
+    assert len(re.findall(r"── paused · graph forward\[\d+/\d+\] · node x_3", text)) == 4  # both ranks, both steps
+    assert len(re.findall(r"── step · graph forward\[\d+/\d+\] · node linear_8", text)) == 2  # both ranks, one node on
+    assert "steps with the other paused ranks (step --all)" in text
+    assert_trained_like(results(tmp_path), job.simulate(steps=2))

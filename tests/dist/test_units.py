@@ -1,0 +1,126 @@
+"""The distributed room's parts that need no second process: ranks, identity, per-rank recordings,
+forwarded commands, rank comparison, the nan message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import dynstep
+from dynstep.core.errors import NonFiniteError, OptionsError, StorageError
+from dynstep.core.events import Evaluated, Info, TensorView
+from dynstep.core.options import Options
+from dynstep.core.records import Snapshot, Stats
+from dynstep.dist import forward, identity, paths
+from dynstep.dist.identity import Identity
+from dynstep.dist.ranks import check_job, chosen
+from dynstep.probe.storage import Writer, save
+
+
+@pytest.fixture
+def as_rank(monkeypatch):
+    """This process plays rank N of a job of W (torchrun's environment, no process group)."""
+    def play(rank: int, world: int = 2) -> None:
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", str(world))
+        identity.reset()
+
+    yield play
+    identity.reset()
+
+
+def test_ranks_option_syntax():
+    assert Options.from_mapping({"ranks": "1,3"}).ranks == (1, 3)
+    assert Options.from_mapping({"ranks": "all"}).ranks == "all"
+    assert Options.from_mapping({"ranks": 0}).ranks == (0,)
+    assert Options.from_mapping({}, environ={"DYNSTEP_RANKS": "ALL"}).ranks == "all"
+    assert Options.from_mapping({}).ranks is None
+    for bad in ("one", "1,x", -1, [True], ""):
+        if bad == "":
+            continue
+        with pytest.raises(OptionsError, match="must be 'all' or rank numbers"):
+            Options.from_mapping({"ranks": bad})
+
+
+def test_ranks_checked_against_the_job():
+    assert chosen("all", 3) == {0, 1, 2}
+    assert chosen(None, 2) == {0}
+    with pytest.raises(OptionsError, match=r"rank 3 does not exist in this job of 2 rank\(s\) \(0-1\)"):
+        chosen((1, 3), 2)
+    with pytest.raises(OptionsError, match="not part of a distributed job"):
+        check_job((1,), Identity())
+    with pytest.raises(OptionsError, match="no process group is initialized"):
+        check_job((0,), Identity(rank=1, world=2, launcher="environment"))
+    assert check_job((1,), Identity(rank=1, world=2, launcher="torchrun")) == {1}
+
+
+def test_identity_from_the_launcher_environment(as_rank):
+    assert identity.current() == Identity()
+    as_rank(1, 4)
+    ident = identity.current()
+    assert (ident.rank, ident.world, ident.multi, ident.has_group) == (1, 4, True, False)
+
+
+def _snap(rank: int, value: float, node: str = "x_3") -> Snapshot:
+    t = torch.full((2,), value)
+    return Snapshot(kind="value", probe="module:layers.1", node=node, target="add", module="layers.1",
+                    source="job.py:36", graph="forward[4/0]", call=0, shape=(2,), dtype="float32", device="cpu",
+                    stats=Stats(min=value, max=value, mean=value, count=2), tensor=t, rank=rank, world_size=2)
+
+
+def test_per_rank_recordings_load_merged_with_a_rank_filter(tmp_path, as_rank):
+    run = tmp_path / "run.dynstep"
+    for rank, value in ((0, 1.0), (1, 1.5)):
+        as_rank(rank)
+        with dynstep.session(path=run) as s:
+            s.add(_snap(rank, value))
+            s.add(_snap(rank, 2.0, node="head"))
+    assert sorted(p.name for p in run.iterdir()) == ["rank0", "rank1"]
+    rec = dynstep.load(run)
+    assert rec.ranks == [0, 1] and len(rec) == 4
+    assert [s.stats.mean for s in rec.records("module:layers.1", rank=1)] == [1.5, 2.0]
+    assert all(s.world_size == 2 for s in rec.all())
+    diffs = rec.compare_ranks()
+    assert [(d.node, d.rank, d.max_abs) for d in diffs] == [("x_3", 1, 0.5)]
+
+
+def test_old_recordings_load_as_rank_0(tmp_path):
+    save([_snap(0, 1.0)], tmp_path / "one")
+    lines = (tmp_path / "one" / "records.jsonl").read_text().splitlines()
+    meta = json.loads(lines[0])
+    del meta["rank"], meta["world_size"]
+    (tmp_path / "one" / "records.jsonl").write_text(json.dumps(meta) + "\n")
+    snap = dynstep.load(tmp_path / "one").all()[0]
+    assert (snap.rank, snap.world_size) == (0, 1)
+
+
+def test_a_recording_directory_shared_by_two_jobs_is_refused(tmp_path, as_rank):
+    run = tmp_path / "run.dynstep"
+    as_rank(0)
+    first = Writer(paths.rank_path(run))          # job A's rank 0, still recording
+    first.append(_snap(0, 1.0))
+    with pytest.raises(StorageError, match=r"process \d+ (is recording into it|holds its lock)"):
+        dynstep.session(path=run)                  # job B's rank 0
+    first.close()
+    assert len(dynstep.load(run).all()) == 1       # nothing lost
+    identity.reset()
+    save([_snap(0, 1.0)], tmp_path / "single")
+    as_rank(1)
+    with pytest.raises(StorageError, match="recording of a single process"):
+        dynstep.session(path=tmp_path / "single")
+
+
+def test_forwarded_events_round_trip():
+    view = TensorView(shape=(2,), dtype="float32", device="cpu", stats=Stats(0.0, 1.0, 0.5, 0.5, 1.0, 0, 0, 2), sample=(0.0, 1.0))
+    events = [Evaluated("value.mean()", "tensor(0.5)", view), Info("x_3 replaced")]
+    assert forward.decode(forward.encode(events)) == events
+
+
+def test_nan_raise_names_the_rank(as_rank):
+    as_rank(1)
+    cm = torch.compile(lambda x: torch.log(x) * 2, backend=dynstep.superstep(inner="eager", nan="raise"))
+    with pytest.raises(NonFiniteError, match=r"^rank 1 of 2: 1 NaN in the output of torch.log") as info:
+        cm(torch.tensor([-1.0, 1.0]))
+    assert info.value.rank == 1
