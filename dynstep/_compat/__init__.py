@@ -9,6 +9,7 @@ plain data or a small wrapper (`TraceFrame`, `GuardEntry`); where a private obje
     dynamo     compile ids, backends, comptime (dynstep.breakpoint), guards, the user-compiler hook
     backend    Inductor and AOTAutograd hooks, generated code, the wrapper codegen registry
     bytecode   the bytecode stepper's hooks into Dynamo
+    trace      the structured trace (TORCH_TRACE, tlparse): listening to it, writing artifacts into it
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from .dynamo import (TraceFrame, call_op_in_trace, comptime, comptime_frame, com
                      current_compile_id, fake_of, function_of_variable, graph_breaks_so_far, guard_module_constant,
                      input_local_name,
                      is_tensor_variable, lookup_backend, python_constant, realize, recompile_reason, shape_guards,
-                     symbolic_value, through_dynamo, trace_artifact, wrap_dynamo_compiler)
+                     symbolic_value, through_dynamo, wrap_dynamo_compiler)
 from .fx import (effect_of, has_kernel, is_fake, is_op, is_op_overload, print_options, qualified_name,
                  register_ordered_effect, restore_print_options, tree_leaves, with_effects_op)
 from .backend import (WRAPPER_CODEGEN_MODULE, aot_eager_with_graph_hooks, extern_kernel_args,
                        inductor_cache_dir, inductor_codegen_loaded, inductor_config_for_mode, inductor_output_code,
                        inductor_plain, inductor_with_graph_hooks, register_wrapper_codegen, run_and_get_code,
                        wrapper_import)
+from .trace import TRACE_LOGGER, TraceRecord, add_listener, file_tracing, listening, trace_artifact, trace_handle
 
 __all__ = [
     "BYTECODE_HOOKS", "GuardEntry", "TraceFrame", "WRAPPER_CODEGEN_MODULE",
@@ -40,4 +42,5 @@ __all__ = [
     "register_ordered_effect", "register_wrapper_codegen", "restore_print_options", "run_and_get_code",
     "set_dynamo_code_callback", "shape_guards", "symbolic_value", "through_dynamo", "trace_artifact", "tree_leaves",
     "with_effects_op", "wrap_dynamo_compiler", "wrapper_import",
+    "TRACE_LOGGER", "TraceRecord", "add_listener", "file_tracing", "listening", "trace_handle",
 ]

@@ -2,10 +2,14 @@
 
     dynstep demo [--inner inductor]      probe every block of a bundled small GPT and show a table
     dynstep doctor                       what is installed, which kernels are registered, and why not
-    dynstep run SCRIPT [ARGS]            run a script, every torch.compile through superstep
+    dynstep run SCRIPT [ARGS]            run a script, every torch.compile through superstep; prints the
+                                         graph breaks and recompiles at the end (--explain: as they happen)
     dynstep run -m MODULE [ARGS]         ... --pause SEL --probe SEL --commands "p value; c" --frontend pdb
+    dynstep run --probe SEL --record R SCRIPT   ... and keep what the probes saw in the recording R
     dynstep run --step-bytecode SCRIPT   step through the bytecode Dynamo wrote, and into its graphs
     dynstep diff SCRIPT [--backend B]    diff every compiled graph in SCRIPT against eager and float64
+    dynstep report RECORDING [-o HTML]   a page with plots, the first NaN, graphs, graph breaks, all hits;
+                                         --json FILE, --tensorboard DIR, --tlparse TRACE_DIR, --select SEL
 
 Each verb is a function `cmd_<verb>(args) -> (ok, message)`; only `main()` prints the message
 and exits, so the verbs can be tested in-process and through a subprocess alike.
@@ -59,14 +63,17 @@ def cmd_run(args: argparse.Namespace) -> Result:
     for name in ("commands", "frontend", "inner", "nan"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
-    if args.step:
-        overrides["step"] = True
+    for flag in ("step", "grads"):
+        if getattr(args, flag):
+            overrides[flag] = True
     problem = _check_overrides(overrides)
     if problem:
         return False, f"dynstep run: {problem}", 2
     code = run(target, script_args, overrides, module=args.module is not None,
-               step_bytecode=args.step_bytecode)
+               step_bytecode=args.step_bytecode, explain=args.explain, record=args.record)
     return code == 0, "", code
+
+
 def _check_overrides(overrides: dict[str, object]) -> str:
     """'' when the options (with DYNSTEP_* from the environment) are valid, else one line saying why."""
     from ..core.errors import OptionsError, SelectorError
@@ -133,6 +140,13 @@ def _diff_script(args: argparse.Namespace, script: str):
     return collector.report(), script_exit
 
 
+def cmd_report(args: argparse.Namespace) -> Result:
+    """Write a recording's report: an HTML page with plots, the first NaN, graphs and graph breaks."""
+    from .report_cli import report
+
+    return report(args)
+
+
 def _backend_arg(text: str):
     """A backend name, or ``module:attribute`` naming a backend callable."""
     if ":" not in text:
@@ -147,6 +161,26 @@ def _backend_arg(text: str):
                          "expected a backend name like 'inductor' or module:attribute") from None
 
 
+def _run_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument("-m", dest="module", default=None, help="run a module as a script (like python -m)")
+    run.add_argument("--probe", action="append", default=[], help="probe selector (repeatable)")
+    run.add_argument("--pause", action="append", default=[], help="pause selector (repeatable)")
+    run.add_argument("--commands", default=None, help='scripted stepper commands: "p value.mean(); s; c"')
+    run.add_argument("--frontend", default=None, choices=["repl", "script", "pdb"], help="who answers a stop")
+    run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
+    run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
+    run.add_argument("--grads", action="store_true", help="also probe the gradient flowing into each probed value")
+    run.add_argument("--record", metavar="PATH", default=None,
+                     help="stream every probe hit and compile event to the recording PATH (then: dynstep report PATH)")
+    run.add_argument("--explain", action="store_true",
+                     help="print each graph break and recompile as it happens (default: a summary at the end)")
+    run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
+    run.add_argument("--step-bytecode", action="store_true",
+                     help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
+    run.add_argument("script", nargs="?", help="the script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynstep", description="A step debugger for torch.compile.")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -156,18 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help=cmd_doctor.__doc__)
     run = sub.add_parser("run", help=cmd_run.__doc__,
                          usage="dynstep run [options] SCRIPT [ARGS...] | dynstep run [options] -m MODULE [ARGS...]")
-    run.add_argument("-m", dest="module", default=None, help="run a module as a script (like python -m)")
-    run.add_argument("--probe", action="append", default=[], help="probe selector (repeatable)")
-    run.add_argument("--pause", action="append", default=[], help="pause selector (repeatable)")
-    run.add_argument("--commands", default=None, help='scripted stepper commands: "p value.mean(); s; c"')
-    run.add_argument("--frontend", default=None, choices=["repl", "script", "pdb"], help="who answers a stop")
-    run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
-    run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
-    run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
-    run.add_argument("--step-bytecode", action="store_true",
-                     help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
-    run.add_argument("script", nargs="?", help="the script to run")
-    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    _run_arguments(run)
     diff = sub.add_parser("diff", help=cmd_diff.__doc__)
     diff.add_argument("script", help="the Python script to run")
     diff.add_argument("script_args", nargs="*", help="arguments for the script (after --)")
@@ -180,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--html", metavar="FILE", help="write the report as a self-contained HTML page")
     diff.add_argument("--calls", type=int, default=1, help="diff the first N calls of each graph (default: 1)")
     diff.add_argument("--no-ladder", action="store_true", help="skip the backends ladder")
+    from .report_cli import add_arguments
+
+    add_arguments(sub.add_parser("report", help=cmd_report.__doc__))
     return parser
 
 
@@ -188,6 +214,7 @@ VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "doctor": cmd_doctor,
     "run": cmd_run,
     "diff": cmd_diff,
+    "report": cmd_report,
 }
 
 

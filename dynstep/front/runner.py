@@ -7,6 +7,11 @@ The script's own backend and mode become superstep's `inner` and `mode` (unless 
 overrides them); the script's stdout, argv, `__name__ == "__main__"` and exit code are its own.
 `torch.compile` is patched only inside `routed_compile()` and restored in `finally`.
 
+Graph breaks and recompiles are collected for the whole run (`dynstep.report.compile_log`) and
+shown on stderr at the end, each once with its count and user line; with ``explain=True`` each is
+shown as it happens instead. ``record=PATH`` streams every probe hit and compile event to a
+recording (`dynstep report PATH` then draws it).
+
     with routed_compile({"pause": ["module:blocks.0"]}):
         runpy.run_path("train.py", run_name="__main__")
 """
@@ -25,8 +30,9 @@ from typing import Any
 
 import torch
 
-from ..core.errors import Abort
+from ..core.errors import Abort, StorageError
 from ..core.sites import SITES
+from ..probe.sessions import session
 from ..step.stepper import STEPPER
 
 
@@ -111,8 +117,33 @@ def _bytecode_stepping(enabled: bool, overrides: Mapping[str, Any]) -> Iterator[
         yield
 
 
+@contextlib.contextmanager
+def _compile_events(explain: bool) -> Iterator[None]:
+    """Collect compile events for the run; show them live (explain) or at the end."""
+    from ..report.compile_log import COMPILE_LOG, collecting
+    from ..report.records import CompileEvent
+    from .report_show import explain as show_one, show_compile_events
+
+    seen: list[CompileEvent] = []
+
+    def on_entry(entry: object) -> None:
+        if isinstance(entry, CompileEvent):
+            seen.append(entry)
+            if explain:
+                show_one(entry)
+
+    with collecting():
+        remove = COMPILE_LOG.listen(on_entry)
+        try:
+            yield
+        finally:
+            remove()
+            if not explain:
+                show_compile_events(seen)
+
+
 def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, module: bool = False,
-        step_bytecode: bool = False) -> int:
+        step_bytecode: bool = False, explain: bool = False, record: str | None = None) -> int:
     """Run a script (or ``-m`` module) as ``__main__``; returns its exit code."""
     if step_bytecode:
         from .. import _compat
@@ -128,8 +159,13 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
         return 2
     STEPPER.reset()
     path0 = os.getcwd() if module else os.path.dirname(os.path.abspath(target))
-    with _argv([target, *args], path0), routed_compile(overrides), _interrupt_steps(), \
-            _bytecode_stepping(step_bytecode, overrides):
+    try:   # the recording is made (or refused) before the script starts
+        recording = session(path=record, name="dynstep run") if record else contextlib.nullcontext()
+    except StorageError as exc:
+        print(f"dynstep run: --record: {exc}", file=sys.stderr)
+        return 2
+    with recording, _compile_events(explain), _argv([target, *args], path0), routed_compile(overrides), \
+            _interrupt_steps(), _bytecode_stepping(step_bytecode, overrides):
         return _run_main(target, module)
 
 

@@ -22,6 +22,9 @@ Scoping, defined and tested:
   open), which matches the contextvars rule for plain threads.
 - ``session(path=...)`` also streams every hit to a recording directory as it happens, so a run
   that crashes still leaves a loadable file.
+- While a session is open, graph breaks, recompiles and compiles are collected from torch's
+  structured trace (`dynstep.report.compile_log`); a recording keeps them with the run's facts
+  (compile.jsonl, run.json), whether streamed or saved.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from ..core.errors import OptionsError, SessionError
 from ..core.records import Snapshot
 from ..core.sites import SITES
 from ..graph.filter import filter_records
+from ..report.compile_log import COMPILE_LOG
+from ..report.records import RunInfo
 from . import rings
 from .storage import Writer, save
 
@@ -68,8 +73,9 @@ class Session:
         self.dropped: collections.Counter[str] = collections.Counter()
         self.dropped_by_memory_cap = 0  # of those, dropped to keep under the record memory cap
         self._writer = None
+        self.run = RunInfo.now(session=name)
         if path is not None:
-            self._writer = Writer(Path(path))
+            self._writer = Writer(Path(path), run=self.run, compile_log=COMPILE_LOG)
         self._token: contextvars.Token | None = None
         self._thread: int | None = None       # the thread that entered the session
         self.unwritten = 0                     # hits the recording could not take (kept in the rings)
@@ -130,7 +136,9 @@ class Session:
             return sum(len(r) for r in self._rings.values())
 
     def save(self, path: str | Path) -> Path:
-        return save(self.all(), Path(path))
+        snaps = self.all()
+        return save(snaps, Path(path), run=self.run.closed(sum(self.dropped.values())),
+                    compile=COMPILE_LOG.entries())
 
     def clear(self) -> None:
         _drain()
@@ -144,6 +152,7 @@ class Session:
             raise SessionError(f"{self!r} is already open (entered in thread {self._thread}); a session is entered "
                                "once at a time: open another one with dynstep.session()")
         _drain()  # hits before this point belong to the scope that was open then
+        COMPILE_LOG.acquire()   # graph breaks are logged while Dynamo traces: collect before any compile
         self._thread = threading.get_ident()
         self._token = _active.set(_active.get() + (self,))
         with _open_lock:
@@ -158,6 +167,8 @@ class Session:
             raise SessionError(f"{self!r} was entered in thread {self._thread} and must be exited there, "
                                f"not in thread {here} (sessions follow the thread's context)")
         _drain()
+        if self._thread is not None:
+            COMPILE_LOG.release()
         self._thread = None
         if self._token is not None:
             _active.reset(self._token)
@@ -168,7 +179,7 @@ class Session:
             _by_thread[threading.get_ident()] = _active.get()
         _update_delivery()
         if self._writer is not None:
-            self._writer.close()
+            self._writer.close(run=self.run.closed(sum(self.dropped.values())))
 
 
 def _update_delivery() -> None:
