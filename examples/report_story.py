@@ -33,7 +33,7 @@ def loss_of(logits: torch.Tensor) -> torch.Tensor:
 def train(recording: str, steps: int, nan_at: int | None) -> float:
     torch.manual_seed(0)
     model, idx = make(seed=0)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
     compiled = torch.compile(model, backend="superstep",
                              options={"inner": "aot_eager", "probe": PROBES, "grads": True})
     with dynstep.session(path=recording):
@@ -53,7 +53,7 @@ def train(recording: str, steps: int, nan_at: int | None) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recording")
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--nan-at", type=int, default=None, help="plant a NaN weight before this step")
     args = parser.parse_args()
     loss = train(args.recording, args.steps, args.nan_at)

@@ -72,7 +72,15 @@ class _Listener(logging.Handler):
                            payload=payload if isinstance(payload, str) else "", stack=stack)
 
     def _file(self, ref: Any) -> str:
-        return self.strings.get(ref, str(ref)) if isinstance(ref, int) else str(ref or "")
+        if not isinstance(ref, int):
+            return str(ref or "")
+        if ref not in self.strings:
+            # torch/_logging/structured.py: intern_string() logs each name once per process, maybe before
+            # this listener existed; INTERN_TABLE (name -> id) has them all
+            from torch._logging.structured import INTERN_TABLE
+
+            self.strings.update({index: name for name, index in INTERN_TABLE.items()})
+        return self.strings.get(ref, str(ref))
 
 
 # torch/_logging/_internal.py: trace_structured's reserved metadata keys (the rest names the event)

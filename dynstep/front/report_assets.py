@@ -19,6 +19,7 @@ a{color:#1a73e8} code{font:12px ui-monospace,Menlo,Consolas,monospace;background
 .banner.ok{background:#e6f4ea;color:#137333;border-color:#b7dfc2} .problems{background:#fef7e0;color:#8a6d00;border-color:#f6e0a0}
 table{border-collapse:collapse} th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 th{background:#f1f3f4;font-weight:600;white-space:nowrap} table.kv th{background:none;color:var(--muted);font-weight:normal}
+div.cols{display:flex;gap:32px;flex-wrap:wrap;align-items:flex-start} table.kv td{word-break:break-word;max-width:560px}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .legend{color:var(--muted);margin:4px 0 10px} .key{margin-right:14px;white-space:nowrap} .key svg{vertical-align:middle;margin-right:4px}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(980px,1fr));gap:10px}

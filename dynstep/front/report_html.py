@@ -89,10 +89,12 @@ def _bad_text(report: RunReport, s: Snapshot) -> str:
 
 
 def _summary(report: RunReport, tlparse: str) -> str:
-    rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary_rows(report))
+    rows = [f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary_rows(report)]
     if tlparse:
-        rows += f'<tr><th>tlparse</th><td><a href="{escape(tlparse)}">compile-time report (tlparse)</a></td></tr>'
-    return f'<section id="summary"><h2>Run summary</h2><table class="kv">{rows}</table></section>'
+        rows.append(f'<tr><th>tlparse</th><td><a href="{escape(tlparse)}">compile-time report (tlparse)</a></td></tr>')
+    half = (len(rows) + 1) // 2
+    tables = "".join(f'<table class="kv">{"".join(part)}</table>' for part in (rows[:half], rows[half:]))
+    return f'<section id="summary"><h2>Run summary</h2><div class="cols">{tables}</div></section>'
 
 
 def _plots(report: RunReport, points: dict[str, Any]) -> str:
