@@ -80,7 +80,8 @@ def chart(series: Series, *, chart_id: str) -> tuple[str, dict[str, list]]:
 
 
 def _range(pts: dict[str, list]) -> tuple[float, float]:
-    values = _finite(pts["min"] + pts["max"] + pts["absmax"])
+    band = [m + sign * d for m, d in zip(pts["mean"], pts["std"]) for sign in (-1, 1)]
+    values = _finite(pts["min"] + pts["max"] + pts["absmax"] + band)
     if not values:
         return -1.0, 1.0
     lo, hi = min(values), max(values)

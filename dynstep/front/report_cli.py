@@ -95,7 +95,7 @@ def _tlparse(trace: str, html_path: Path, wrote: list, failed: list) -> str:
         failed.append(f"--tlparse: {result.message}")
         return ""
     wrote.append(("tlparse", result.index + (f" ({result.message})" if result.message else "")))
-    return os.path.relpath(result.index, html_path.parent.resolve() if html_path.parent.exists() else ".")
+    return os.path.relpath(result.index, html_path.parent)   # the page links it relative to itself
 
 
 def _exports(args: argparse.Namespace, model: RunReport, wrote: list) -> None:

@@ -23,8 +23,9 @@ Scoping, defined and tested:
 - ``session(path=...)`` also streams every hit to a recording directory as it happens, so a run
   that crashes still leaves a loadable file.
 - While a session is open, graph breaks, recompiles and compiles are collected from torch's
-  structured trace (`dynstep.report.compile_log`); a recording keeps them with the run's facts
-  (compile.jsonl, run.json), whether streamed or saved.
+  structured trace (`dynstep.report.compile_log`); a recording keeps what the compile log got
+  since the session was made, plus the plans of graphs compiled before that its hits name, with
+  the run's facts (compile.jsonl, run.json), whether streamed or saved.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class Session:
         self.dropped_by_memory_cap = 0  # of those, dropped to keep under the record memory cap
         self._writer = None
         self.run = RunInfo.now(session=name)
+        self._log_start = COMPILE_LOG.mark()   # a recording keeps the compile log from here on
         if path is not None:
             self._writer = Writer(Path(path), run=self.run, compile_log=COMPILE_LOG)
         self._token: contextvars.Token | None = None
@@ -138,7 +140,7 @@ class Session:
     def save(self, path: str | Path) -> Path:
         snaps = self.all()
         return save(snaps, Path(path), run=self.run.closed(sum(self.dropped.values())),
-                    compile=COMPILE_LOG.entries())
+                    compile=COMPILE_LOG.for_recording(self._log_start, {s.graph for s in snaps}))
 
     def clear(self) -> None:
         _drain()

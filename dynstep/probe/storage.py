@@ -62,8 +62,9 @@ _writers: "weakref.WeakSet[Writer]" = weakref.WeakSet()
 class Writer:
     """Streams snapshots into a recording directory, each written through before `append` returns.
 
-    With `compile_log`, its entries so far and every later one go to compile.jsonl as they come;
-    `run` goes to run.json (rewritten with the end of the run by `close(run=...)`)."""
+    With `compile_log`, every entry from now on goes to compile.jsonl as it comes, and the plan of a
+    graph compiled earlier goes there before the first hit that names it; `run` goes to run.json
+    (rewritten with the end of the run by `close(run=...)`)."""
 
     def __init__(self, path: str | Path, *, run: RunInfo | None = None, compile_log: CompileLog | None = None) -> None:
         self.path = Path(path)
@@ -75,6 +76,8 @@ class Writer:
         self._compile_fd = -1
         self._unlisten = None
         self._run = run
+        self._log = compile_log
+        self._planned: set[str] = set()        # graphs whose plan is in compile.jsonl
         _install(self.path, lambda folder: self._start(folder, compile_log))
         _writers.add(self)
 
@@ -87,12 +90,18 @@ class Writer:
             _write_run(folder, self._run)
         if compile_log is not None:
             self._compile_fd = os.open(folder / "compile.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            self._unlisten = compile_log.listen(self.add_compile, replay=True)
+            self._since = compile_log.mark()
+            self._unlisten = compile_log.listen(self.add_compile)
 
     def append(self, snap: Snapshot) -> None:
         with self._lock:
             if self._closed:
                 raise StorageError(f"recording {self.path} is closed; open a new session to record more")
+            if self._log is not None and snap.graph not in self._planned:
+                self._planned.add(snap.graph)
+                plan = self._log.plan(snap.graph, before=self._since)
+                if plan is not None:
+                    _write_all(self._compile_fd, compile_line(plan).encode())
             line = self._entry(snap)
             _write_all(self._lines_fd, (json.dumps(line, allow_nan=False) + "\n").encode())
 
@@ -100,6 +109,8 @@ class Writer:
         """A compile-log entry, written through (a run that dies mid-compile keeps what came before)."""
         with self._lock:
             if not self._closed and self._compile_fd >= 0:
+                if isinstance(entry, GraphPlan):
+                    self._planned.add(entry.graph)
                 _write_all(self._compile_fd, compile_line(entry).encode())
 
     def _entry(self, snap: Snapshot) -> dict[str, Any]:

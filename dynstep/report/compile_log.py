@@ -75,15 +75,27 @@ class CompileLog:
     def plans(self) -> list[GraphPlan]:
         return [e for e in self.entries() if isinstance(e, GraphPlan)]
 
-    def listen(self, listener: Callable[[Entry], None], *, replay: bool = False) -> Callable[[], None]:
-        """Call `listener` with every later entry (with `replay`, first with every entry so far: none
-        is missed or given twice); returns the function that stops it."""
+    def mark(self) -> int:
+        """Where the log is now: `since=` for `for_recording`."""
+        with self._lock:
+            return len(self._entries)
+
+    def plan(self, graph_id: str, before: int | None = None) -> GraphPlan | None:
+        """The latest plan of that graph (ids repeat after torch.compiler.reset()), before index `before`."""
+        with self._lock:
+            entries = self._entries[:before] if before is not None else self._entries
+            return next((e for e in reversed(entries) if isinstance(e, GraphPlan) and e.graph == graph_id), None)
+
+    def for_recording(self, since: int, graphs: set[str]) -> list[Entry]:
+        """What a recording keeps: the plans of its graphs compiled before `since`, then everything after."""
+        earlier = [p for g in sorted(graphs) if (p := self.plan(g, before=since)) is not None]
+        with self._lock:
+            return earlier + self._entries[since:]
+
+    def listen(self, listener: Callable[[Entry], None]) -> Callable[[], None]:
+        """Call `listener` with every later entry; returns the function that stops it."""
         with self._lock:
             self._listeners.append(listener)
-            held = set(self._pending.values())   # announced once the compile they wait for arrives
-            earlier = [e for i, e in enumerate(self._entries) if i not in held] if replay else []
-        for entry in earlier:
-            listener(entry)
 
         def remove() -> None:
             with self._lock:

@@ -89,9 +89,8 @@ def test_loading_the_plugin_imports_neither_torch_nor_dynstep_s_engine():
 
 
 def test_normal_use_never_imports_the_plugin():
-    code = ("import sys, torch, dynstep; f = torch.compile(torch.sin, backend='superstep', "
-            "options={'inner': 'eager', 'probe': ['*']})\nwith dynstep.session(): f(torch.ones(2))\n"
-            "print('dynstep.front.pytest_plugin' in sys.modules)")
+    code = ("import sys, dynstep, dynstep.front.cli, dynstep.backends.superstep, dynstep.report.model\n"
+            "with dynstep.session(): pass\nprint('dynstep.front.pytest_plugin' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True).stdout
     assert out.strip() == "False"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import textwrap
 
+from dynstep.front.cli import main
+
 from .test_runner import dynstep
 
 SCRIPT = textwrap.dedent("""
@@ -46,16 +48,16 @@ def test_explain_prints_each_as_it_happens(tmp_path):
     assert "graph break(s)" not in result.stderr                               # no closing table
 
 
-def test_record_leaves_a_recording_with_the_probes_and_the_compile_log(tmp_path):
+def test_record_leaves_a_recording_with_the_probes_and_the_compile_log(tmp_path, capsys):
     script = tmp_path / "prog.py"
     script.write_text(SCRIPT)
     rec = tmp_path / "run.dynstep"
     result = dynstep("run", "--probe", "op:tanh", "--record", str(rec), str(script))
     assert result.returncode == 0, result.stderr
-    report = dynstep("report", str(rec), "--json", str(tmp_path / "r.json"))
-    assert report.returncode == 0, report.stderr
-    assert "3 (3 values, 0 gradients)" in report.stdout
-    assert "graph break" in report.stdout and (tmp_path / "run.report.html").is_file()
+    assert main(["report", str(rec), "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "3 (3 values, 0 gradients)" in out
+    assert "graph break" in out and (tmp_path / "run.report.html").is_file()
 
 
 def test_record_into_a_foreign_folder_is_refused_before_the_script_runs(tmp_path):

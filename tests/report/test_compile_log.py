@@ -8,7 +8,7 @@ import torch
 
 from dynstep._compat import TRACE_LOGGER
 from dynstep.report.compile_log import COMPILE_LOG, CompileLog, collecting
-from dynstep.report.records import CompileEvent, dedupe
+from dynstep.report.records import CompileEvent, GraphPlan, dedupe
 
 
 def breaks_and_changes(x, k):
@@ -80,13 +80,17 @@ def test_a_failing_listener_never_reaches_torch_compile():
     assert torch.equal(out, torch.full((2,), 2.0))
 
 
-def test_listeners_with_replay_see_every_entry_once_in_order():
+def test_a_recompile_without_a_line_waits_for_its_compile_and_recordings_take_their_share():
     log = CompileLog()
-    first = CompileEvent("compile", "0/0", "a.py", 1, "f", "compiling f")
-    log.add(first)
-    log.add(CompileEvent("recompile", "0/1", "", 0, "", "guard failed: size"))   # waits for its compile
     seen: list = []
-    log.listen(seen.append, replay=True)
+    log.listen(seen.append)
+    plan = GraphPlan("f[0/0]", "0/0", "eager", (), ())
+    log.add(plan)
+    since = log.mark()
+    log.add(CompileEvent("recompile", "0/1", "", 0, "", "guard failed: size"))     # held: no line yet
+    assert seen == [plan]
     log.add(CompileEvent("compile", "0/1", "a.py", 1, "f", "compiling f"))
-    assert [(e.kind, e.compile_id, e.line) for e in seen] == [("compile", "0/0", 1), ("recompile", "0/1", 1),
-                                                              ("compile", "0/1", 1)]
+    assert [(e.kind, e.line) for e in seen[1:]] == [("recompile", 1), ("compile", 1)]
+    kept = log.for_recording(since, {"f[0/0]", "g[0/0]"})
+    assert kept[0] is plan and [e.kind for e in kept[1:]] == ["recompile", "compile"]
+    assert log.for_recording(log.mark(), set()) == []

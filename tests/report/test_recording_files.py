@@ -34,8 +34,7 @@ def test_a_streamed_recording_keeps_the_run_its_graph_breaks_and_its_plans(tmp_p
     rec = dynstep.load(path)
     assert rec.problems == () and len(rec) == 2
     assert isinstance(rec.run, RunInfo) and rec.run.torch == torch.__version__ and rec.run.ended
-    # the process's compile log so far (earlier tests' events too): this function's graph break once
-    (brk,) = [e for e in rec.compile_events if e.kind == "graph_break" and e.function == "step"]
+    (brk,) = [e for e in rec.compile_events if e.kind == "graph_break"]
     assert brk.line == step.__code__.co_firstlineno + 2 and brk.source_text == 'print("graph break")'
     (plan,) = [p for p in rec.plans if p.graph.startswith("step[")]
     row = next(r for r in plan.rows if r.node == "tanh")
@@ -54,6 +53,18 @@ def test_save_and_resave_keep_the_run_and_the_compile_log(tmp_path, probed):
     b = dynstep.load(tmp_path / "b.dynstep")
     assert a.run == b.run and a.compile == b.compile and any(isinstance(e, GraphPlan) for e in b.compile)
     s.save(tmp_path / "a.dynstep")   # replacing a recording that holds run.json and compile.jsonl
+
+
+def test_a_recording_keeps_its_own_compile_events_and_the_plans_its_hits_name(tmp_path, probed):
+    with dynstep.session(path=tmp_path / "first.dynstep"):
+        probed(torch.ones(2))                       # compiles here: a graph break, the plan
+    with dynstep.session(path=tmp_path / "second.dynstep") as s:
+        probed(torch.ones(2))                       # no compile: the graph was compiled before
+    s.save(tmp_path / "saved.dynstep")
+    for name in ("second.dynstep", "saved.dynstep"):
+        rec = dynstep.load(tmp_path / name)
+        assert rec.compile_events == []             # the graph break belongs to the first recording
+        assert [p.graph for p in rec.plans] == [rec.all()[0].graph]   # the plan its hits name, once
 
 
 def test_tensors_false_reads_no_chunk(tmp_path):
