@@ -29,8 +29,8 @@ td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .pair h4{margin:0;font-size:12px;font-weight:normal;color:var(--muted)} .none{color:var(--muted);padding:50px 0;text-align:center}
 svg.chart{display:block;max-width:560px} svg .frame{fill:#fff;stroke:#eee} svg .strip{fill:#fafafa;stroke:#eee}
 svg polyline,.key line{fill:none;stroke-width:1.4} svg .tick{font-size:10px;fill:var(--muted)} svg .zero{stroke:#ccc;stroke-dasharray:2 2}
-.min{stroke:#1a73e8;fill:#1a73e8} .max{stroke:#e37400;fill:#e37400} .mean{stroke:#188038;fill:#188038}
-.absmax{stroke:#80868b;fill:#80868b;stroke-dasharray:4 3} circle.absmax{stroke-dasharray:none}
+.min{stroke:#1a73e8} .max{stroke:#e37400} .mean{stroke:#188038} .absmax{stroke:#80868b;stroke-dasharray:4 3}
+circle.min{fill:#1a73e8} circle.max{fill:#e37400} circle.mean{fill:#188038} circle.absmax{fill:#80868b;stroke-dasharray:none}
 .band{fill:#188038;fill-opacity:.12;stroke:none} .badbar{fill:#d93025} .firstbad{stroke:#d93025;stroke-width:2}
 .cursor{stroke:#9aa0a6;stroke-width:1}
 #tip{position:fixed;pointer-events:none;background:#202124;color:#fff;padding:4px 8px;border-radius:4px;font-size:12px;
