@@ -72,8 +72,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
         return _plain(gm, example_inputs, opts)
     graph_id = gi.graph_id(gm, _compat.current_compile_id())
     COMPILE_LOG.set_handle(graph_id, _compat.trace_handle())   # where its run-time artifacts go
+    mark = plans.sites_so_far()
     compiled = _instrumented(gm, example_inputs, opts, graph_id)
-    _publish_plan(gm, graph_id, opts)
+    _publish_plan(gm, graph_id, opts, mark)
     return compiled
 
 
@@ -101,9 +102,9 @@ def _with_diff(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Op
                               "dynstep_diff", report.to_dict, encoding="json", handle=handle))
 
 
-def _publish_plan(gm: torch.fx.GraphModule, graph_id: str, opts: Options) -> None:
+def _publish_plan(gm: torch.fx.GraphModule, graph_id: str, opts: Options, mark: int) -> None:
     """What was placed where: into the compile log (recordings, reports) and the structured trace."""
-    plan = plans.plan_of(gm, graph_id, _compat.current_compile_id(), opts)
+    plan = plans.plan_of(gm, graph_id, _compat.current_compile_id(), opts, after=mark)
     if not any(row.sites for row in plan.rows):
         return
     COMPILE_LOG.add(plan)

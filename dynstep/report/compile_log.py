@@ -87,10 +87,13 @@ class CompileLog:
             return next((e for e in reversed(entries) if isinstance(e, GraphPlan) and e.graph == graph_id), None)
 
     def for_recording(self, since: int, graphs: set[str]) -> list[Entry]:
-        """What a recording keeps: the plans of its graphs compiled before `since`, then everything after."""
-        earlier = [p for g in sorted(graphs) if (p := self.plan(g, before=since)) is not None]
+        """What a recording keeps: everything after `since`, and before it the latest plans of its
+        graphs that were not compiled again since."""
         with self._lock:
-            return earlier + self._entries[since:]
+            later = self._entries[since:]
+        again = {e.graph for e in later if isinstance(e, GraphPlan)}
+        earlier = [p for g in sorted(graphs - again) if (p := self.plan(g, before=since)) is not None]
+        return earlier + later
 
     def listen(self, listener: Callable[[Entry], None]) -> Callable[[], None]:
         """Call `listener` with every later entry; returns the function that stops it."""

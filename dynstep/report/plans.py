@@ -2,7 +2,7 @@
 user line) with its probes and stop points. Built by the backend once its passes have run; it goes
 to the compile log (and so into recordings and reports) and, as JSON, into the structured trace.
 
-    plan = plan_of(gm, "forward[0/0]", "0/0", opts)
+    mark = sites_so_far();  ...the passes run...;  plan = plan_of(gm, "forward[0/0]", "0/0", opts, after=mark)
     source_map(plan)   -> {"node": {"module": ..., "source": ..., "text": ...}, ...}
 """
 
@@ -22,10 +22,16 @@ from .records import GraphPlan, PlanRow, PlanSite, to_json
 _ELEMENT = re.compile(r"\[\d+\]$")
 
 
-def plan_of(gm: torch.fx.GraphModule, graph_id: str, compile_id: str, opts: Options) -> GraphPlan:
+def sites_so_far() -> int:
+    """A mark for `plan_of(after=...)`: site ids count up from 1 and are never reused."""
+    return len(SITES.all())
+
+
+def plan_of(gm: torch.fx.GraphModule, graph_id: str, compile_id: str, opts: Options, *, after: int) -> GraphPlan:
+    """The plan of the sites placed since the mark `after` (graph ids repeat after torch.compiler.reset())."""
     by_node: dict[str, list[Site]] = {}
     for site in SITES.all():
-        if site.graph == graph_id:
+        if site.graph == graph_id and site.id > after:
             by_node.setdefault(_ELEMENT.sub("", site.node), []).append(site)
     rows = []
     for node in gm.graph.nodes:

@@ -67,6 +67,17 @@ def test_a_recording_keeps_its_own_compile_events_and_the_plans_its_hits_name(tm
         assert [p.graph for p in rec.plans] == [rec.all()[0].graph]   # the plan its hits name, once
 
 
+def test_a_plan_holds_only_the_sites_of_its_own_compile(tmp_path, probed):
+    probed(torch.ones(2))
+    torch.compiler.reset()                          # graph ids start again: the next compile is step[0/0] too
+    with dynstep.session() as s:
+        probed(torch.ones(2))
+    s.save(tmp_path / "r.dynstep")
+    (plan,) = [p for p in dynstep.load(tmp_path / "r.dynstep").plans if p.graph == "step[0/0]"]
+    (tanh,) = [r for r in plan.rows if r.node == "tanh"]
+    assert len(tanh.sites) == 1
+
+
 def test_tensors_false_reads_no_chunk(tmp_path):
     f = torch.compile(torch.tanh, backend="superstep", options={"inner": "eager", "probe": ["*"], "actions": ["record"]})
     with dynstep.session(path=tmp_path / "r.dynstep"):
