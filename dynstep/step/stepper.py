@@ -146,6 +146,7 @@ class Stepper(StepperCommands):
                             "(commands= option, --commands, DYNSTEP_COMMANDS); not stopping, running to the end")
         return self.frontend
 
+
 def _trace_stop(stop: Stop) -> None:
     """The pause log in the structured trace (TORCH_TRACE), filed under the compile of the stop's graph."""
     site = stop.site
