@@ -44,11 +44,14 @@ class PausePlan:
 
     @classmethod
     def build(cls, opts: Options, graph_id: str) -> "PausePlan":
-        return cls(selectors=tuple(sel.parse_all(opts.pause)), graph_id=graph_id, step=opts.step)
+        return cls(selectors=tuple(sel.parse_all(opts.pause)), graph_id=graph_id,
+                   step=opts.step or STEPPER.stop_points)
 
 
 def wants_pauses(opts: Options) -> bool:
-    return bool(opts.pause or opts.step)
+    """Pause selectors, step=True, or a front end that asked for stop points everywhere (an editor:
+    its breakpoints come later, `STEPPER.stop_points`)."""
+    return bool(opts.pause or opts.step or STEPPER.stop_points)
 
 
 def configure_stepper(opts: Options) -> None:

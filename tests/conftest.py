@@ -72,3 +72,20 @@ def module_outputs_eager(model: nn.Module, x, names):
         for h in handles:
             h.remove()
     return seen
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def spawn_dynstep(*args: str, timeout: int = 120):
+    """`python -m dynstep ARGS` in a real pseudo-terminal (pexpect), plain text, this checkout's dynstep."""
+    import sys
+
+    import pexpect
+
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "TERM": "dumb",
+           "NO_COLOR": "1", "COLUMNS": "160", "HOME": os.environ.get("TMPDIR", "/tmp"),
+           "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/tmp/dynstep-inductor-cache")}
+    env.pop("DYNSTEP_COMMANDS", None)
+    return pexpect.spawn(sys.executable, ["-m", "dynstep", *args], cwd=ROOT, env=env, encoding="utf-8",
+                         timeout=timeout, dimensions=(50, 160))

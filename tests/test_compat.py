@@ -138,3 +138,21 @@ def test_structured_trace_features_reports_rely_on(tmp_path):
     assert start.compile_id.endswith("/0") and start.stack[-1][0] == __file__
     mine = next(r for r in seen if r.name == "dynstep_probe_test")   # at run time, filed under that compile
     assert mine.compile_id == start.compile_id and '"ok": 1' in mine.payload
+
+
+def test_what_mixed_mode_debugging_reads():
+    """dynstep/_compat/native.py on the installed torch; tests/mixed checks the behaviour."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.output_code import CompiledFxGraph
+
+    assert inductor_config.trace.provenance_tracking_level == 0
+    assert {"inductor_provenance_mapping_str", "inductor_provenance_stack_traces_str", "current_callable"} <= \
+        set(CompiledFxGraph.__annotations__)
+    saved = CompiledFxGraph.post_compile
+    with _compat.inductor_provenance(lambda facts: None):
+        assert inductor_config.trace.provenance_tracking_level == 1 and CompiledFxGraph.post_compile is not saved
+    assert inductor_config.trace.provenance_tracking_level == 0 and CompiledFxGraph.post_compile is saved
+    (boxed, unboxed, _), where = _compat.dispatcher_kernel("aten::addmm.out", "CPU")
+    assert boxed and unboxed and where.startswith("Register")
+    assert _compat.op_has_schema("aten::addmm", "out") and not _compat.op_has_schema("aten::no_such_op", "")
+    assert _compat.returns_view(torch.ops.aten.t.default) and not _compat.returns_view(torch.ops.aten.mm.default)

@@ -94,10 +94,10 @@ void probe_cuda(const at::Tensor& x_in, int64_t site) {
     python_fallback(x_in, site);  // eager: the Python kernel does print/nan/compare exactly
     return;
   }
-  if (a & (kPrint | kNan | kPythonHit)) {
-    TORCH_WARN_ONCE("dynstep: probe site ", site, ": print, nan and pause actions do not run at CUDA "
-                    "graph replay (host callbacks never enter Python); record, summary, compare and "
-                    "the non-finite flag do");
+  if (a & (kPrint | kPythonHit)) {
+    TORCH_WARN_ONCE("dynstep: probe site ", site, ": print and pause actions do not run at CUDA "
+                    "graph replay (host callbacks never enter Python); record, summary, compare, the "
+                    "nan check (through the non-finite flag, read after the replay) and the flag do");
   }
   TORCH_CHECK_VALUE(!(a & kRejectNonContig) || x_in.is_contiguous(), "dynstep probe: input of shape ",
                     x_in.sizes(), " is not contiguous; pass non_contiguous=\"copy\"");

@@ -1,4 +1,11 @@
-"""The bytecode stepper's hooks into Dynamo: its code callback, value stacks, cache entries, guards."""
+"""The bytecode stepper's hooks into Dynamo: its code callbacks, value stacks, cache entries, guards.
+
+Two ways to learn which code objects Dynamo produced, chosen by `dynstep.bytecode.mechanism`:
+torch's bytecode-debugger callback (torch 2.12+: `set_dynamo_code_callback`, called before each
+such code object runs) and, on every torch dynstep supports, Dynamo's bytecode hook
+(`register_dynamo_bytecode_hook`, called as each one is made) plus the ones made before
+(`dynamo_output_codes`).
+"""
 
 from __future__ import annotations
 
@@ -14,15 +21,16 @@ BYTECODE_HOOKS = ("set_bytecode_debugger_callback", "get_bytecode_debugger_callb
 
 
 def bytecode_hooks_missing() -> str | None:
-    """None when torch has the hooks below, else which are missing (torch 2.11 has none of them;
-    torch 2.13 has all: they came with torch/_dynamo/bytecode_debugger.py)."""
+    """None when torch has its bytecode-debugger hooks (BYTECODE_HOOKS), else which are missing
+    (torch 2.11 has none of them; torch 2.12 and 2.13 have all: they came with
+    torch/_dynamo/bytecode_debugger.py)."""
     import torch._C._dynamo.eval_frame as eval_frame
 
     missing = [name for name in BYTECODE_HOOKS if not hasattr(eval_frame, name)]
     if not missing:
         return None
     return (f"torch {torch.__version__} lacks torch._C._dynamo.eval_frame.{', '.join(missing)} "
-            "(torch's bytecode debugger hooks, present in torch 2.13)")
+            "(torch's bytecode debugger hooks, present from torch 2.12)")
 
 
 def set_dynamo_code_callback(fn: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
@@ -35,6 +43,38 @@ def set_dynamo_code_callback(fn: Callable[[Any], None] | None) -> Callable[[Any]
     previous = get_bytecode_debugger_callback()
     set_bytecode_debugger_callback(fn)
     return previous
+
+
+def bytecode_hook_missing() -> str | None:
+    """None when torch has Dynamo's bytecode hook (torch >= 2.1, so every torch dynstep supports)."""
+    import torch._dynamo.convert_frame as convert_frame
+
+    if callable(getattr(convert_frame, "register_bytecode_hook", None)):
+        return None
+    return f"torch {torch.__version__} lacks torch._dynamo.convert_frame.register_bytecode_hook"
+
+
+def register_dynamo_bytecode_hook(fn: Callable[[Any], None]) -> Any:
+    # torch/_dynamo/convert_frame.py: register_bytecode_hook(hook) calls hook(code, new_code) for
+    # every code object Dynamo makes (the transformed function, and each resume function when it
+    # is compiled), right after making it and before it is cached or run; a hook returning None
+    # keeps Dynamo's code. Returns a RemovableHandle (torch/utils/hooks.py): call .remove().
+    from torch._dynamo.convert_frame import register_bytecode_hook
+
+    def hook(code: Any, new_code: Any) -> None:
+        fn(new_code)
+
+    return register_bytecode_hook(hook)
+
+
+def dynamo_output_codes() -> list[Any]:
+    # torch/_dynamo/convert_frame.py: output_codes, a Tracker whose .seen holds weak references to
+    # every code object Dynamo produced since the last torch._dynamo.reset() (it clears them);
+    # those compiled before the bytecode hook was registered are found here.
+    from torch._dynamo import convert_frame
+
+    refs = getattr(getattr(convert_frame, "output_codes", None), "seen", ())
+    return [code for code in (ref() for ref in list(refs)) if code is not None]
 
 
 def frame_value_stack(frame: Any, depth: int) -> list[Any]:

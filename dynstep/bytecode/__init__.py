@@ -21,10 +21,14 @@ compiler (`_compat.wrap_dynamo_compiler`). Graphs compiled before keep running a
 (`dynstep.bytecode.events`) that the front end renders (`dynstep.front.bytecode_repl`).
 
     api        step_bytecode(), active()
+    mechanism  which hooks this torch and Python get (torch's debugger callback and stack reader, or
+               Dynamo's bytecode hook and dynstep's native reader); DYNSTEP_BYTECODE_MECHANISM
     stepper    the engine: where the program is, when to stop
     commands   the commands at a bytecode stop
     code       what a Dynamo-produced code object is made of (rows, regions, stack depths)
-    hooks      Dynamo's code callback and per-instruction events (settrace / sys.monitoring)
+    hooks      where Dynamo's code objects come from (callback or bytecode hook), installed and removed
+    tracing    per-instruction events (settrace / sys.monitoring), standard library only
+    framestack builds and loads csrc/frame_stack.c, the native value-stack reader, standard library only
     views      source, bytecode and decompiled views as events
     events     the typed events of this room
 """

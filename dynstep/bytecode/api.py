@@ -24,6 +24,7 @@ from ..core.errors import UnsupportedTorch
 from ..core.events import Info, emit
 from ..step.stepper import STEPPER
 from .hooks import installed
+from .mechanism import Mechanism, choose
 from .stepper import BytecodeStepper
 
 _ACTIVE: BytecodeStepper | None = None
@@ -34,13 +35,14 @@ def active() -> BytecodeStepper | None:
     return _ACTIVE
 
 
-def check_supported() -> None:
-    """Raise UnsupportedTorch naming what this torch lacks (the bytecode stepper's hooks)."""
-    missing = _compat.bytecode_hooks_missing()
-    if missing is not None:
-        raise UnsupportedTorch(f"dynstep's bytecode stepper cannot run here: {missing}. Everything else in "
-                               "dynstep (probes, pauses, breakpoints, diff) works on this torch; upgrade torch "
-                               "to step through Dynamo's bytecode.")
+def check_supported() -> Mechanism:
+    """The mechanism the stepper runs on here (`dynstep.bytecode.mechanism`); UnsupportedTorch
+    naming what this torch lacks when it has no way to learn Dynamo's code objects."""
+    try:
+        return choose()
+    except UnsupportedTorch as exc:
+        raise UnsupportedTorch(f"dynstep's bytecode stepper cannot run here: {exc}. Everything else in "
+                               "dynstep (probes, pauses, breakpoints, diff) works on this torch.") from None
 
 
 @contextlib.contextmanager
@@ -56,10 +58,10 @@ def step_bytecode(*, commands: str | None = None, frontend: str | None = None,
     if _ACTIVE is not None:    # nested (a script under `dynstep run --step-bytecode`): one stepper
         yield _ACTIVE
         return
-    check_supported()
+    mechanism = check_supported()
     commands, frontend = _front_end_args(commands, frontend)
     shared = wiring.make_frontend(frontend, commands)
-    engine = BytecodeStepper(shared)
+    engine = BytecodeStepper(shared, mechanism)
     if shared is None:
         emit(Info("dynstep: stdin is not a terminal and no commands were given (commands=, DYNSTEP_COMMANDS); "
                   "step_bytecode() will not stop"))
@@ -75,7 +77,7 @@ def step_bytecode(*, commands: str | None = None, frontend: str | None = None,
     routing = _compat.wrap_dynamo_compiler(_through_superstep(frontend, commands, share)) if route \
         else contextlib.nullcontext()
     try:
-        with routing, installed(engine):
+        with routing, installed(engine, mechanism):
             _ACTIVE = engine
             yield engine
     finally:

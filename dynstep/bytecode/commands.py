@@ -8,6 +8,7 @@ use; dispatched by `dynstep.core.commands.CommandSet`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import types
 from collections.abc import Callable
@@ -21,9 +22,11 @@ from ..core.events import Evaluated, Info, Resumed, emit
 from ..step.stepper import STEPPER
 from ..step.values import safe_text, tensor_view
 from .events import FramesShown, GuardSet, GuardsShown, ValuesShown
+from .framestack import FrameStackUnavailable
 from .views import bytecode_view, decompiled_view, source_view
 
 if TYPE_CHECKING:
+    from .mechanism import Mechanism
     from .stepper import Here
 
 ALIASES = {"s": "step", "n": "next", "c": "continue", "cont": "continue", "b": "break", "cl": "clear",
@@ -34,6 +37,7 @@ ALIASES = {"s": "step", "n": "next", "c": "continue", "cont": "continue", "b": "
 class Commands(CommandSet):
     aliases = ALIASES
     current: "Here | None"
+    mechanism: "Mechanism"
     mode: str
     step_count: int
     next_from: Any
@@ -169,14 +173,18 @@ class Commands(CommandSet):
         if here.row.depth is None:
             emit(ValuesShown("value stack", (), note="stack depth unknown at this instruction"))
             return
-        values = self.stack_values()
+        try:
+            values = self.stack_values()
+        except FrameStackUnavailable as exc:
+            emit(ValuesShown("value stack", (), note=str(exc)))
+            return
         emit(ValuesShown(f"value stack before #{here.row.index} {here.row.text()}",
                          tuple((f"[{i}]", safe_text(v)) for i, v in enumerate(values)),
                          note="" if values else "(empty)"))
 
     def stack_values(self) -> list[Any]:
         here = self._here()
-        return _compat.frame_value_stack(here.frame, here.row.depth or 0)
+        return self.mechanism.read_stack(here.frame, here.row.depth or 0)
 
     def cmd_locals(self, arg: str) -> None:
         """locals: the frame's local variables (Dynamo's temporaries too: graph_out_0, tmp_1)."""
@@ -196,7 +204,9 @@ class Commands(CommandSet):
         if not arg:
             raise ValueError("an expression is needed, e.g. p graph_out_0[0].sum()")
         here = self._here()
-        names = {**here.frame.f_locals, **self.user_vars, "stack": self.stack_values()}
+        names = {**here.frame.f_locals, **self.user_vars}
+        with contextlib.suppress(FrameStackUnavailable):   # `stack` explains why; p works without it
+            names["stack"] = self.stack_values()
         result = eval(compile(arg, "<dynstep>", "eval"), here.frame.f_globals, names)
         emit(Evaluated(arg, safe_text(result), tensor_view(result)))
 

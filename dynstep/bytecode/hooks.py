@@ -1,131 +1,54 @@
 """Install and remove the hooks the bytecode stepper runs on, always in a `finally`.
 
-Three hooks, all inside `installed(engine)`:
+Inside `installed(engine, mechanism)`:
 
-- torch's Dynamo code callback (`_compat.set_dynamo_code_callback`): called with each code object
-  Dynamo produced right before it runs, also ones compiled before the stepper started;
-- per-instruction events for exactly those code objects: `sys.settrace` with `f_trace_opcodes`
-  on Python 3.11, `sys.monitoring` INSTRUCTION/PY_RETURN local events on 3.12+ under a tool id
-  other than DEBUGGER_ID, so debugpy/pdb keep theirs (PROFILER_ID, else the first free one);
-- every other frame is left untraced (the settrace hook returns None for it).
-
-The engine (`dynstep.bytecode.stepper`) gets ``on_code(code) -> bool`` (track it?), ``on_instruction(frame, code, offset)``
-and ``on_return(frame)``.
+- a source of the code objects Dynamo produced (`mechanism.codes`, `dynstep.bytecode.mechanism`):
+  torch's bytecode-debugger callback (`_compat.set_dynamo_code_callback`), called with each one right
+  before it runs, also ones compiled before the stepper started; or Dynamo's bytecode hook
+  (`_compat.register_dynamo_bytecode_hook`), called with each one as Dynamo makes it (a resume
+  function when it is first compiled), plus every one Dynamo made before the block
+  (`_compat.dynamo_output_codes`);
+- per-instruction events for exactly those code objects (`dynstep.bytecode.tracing`: settrace on
+  3.11, sys.monitoring on 3.12+ under a tool id other than the debugger's).
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 import types
-from collections.abc import Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
 
 from .. import _compat
-
-HAS_MONITORING = hasattr(sys, "monitoring")
-
-
-class Engine(Protocol):
-    def on_code(self, code: types.CodeType) -> bool: ...
-    def on_instruction(self, frame: types.FrameType, code: types.CodeType, offset: int) -> None: ...
-    def on_return(self, frame: types.FrameType) -> None: ...
-    def is_tracked(self, code: types.CodeType) -> bool: ...
+from .mechanism import Mechanism
+from .tracing import Engine, events_for
 
 
 @contextlib.contextmanager
-def installed(engine: Engine) -> Iterator[None]:
-    hooks = _MonitoringHooks(engine) if HAS_MONITORING else _TraceHooks(engine)
-    previous = None
-    hooks.start()
+def installed(engine: Engine, mechanism: Mechanism) -> Iterator[None]:
+    events = events_for(engine)
+    events.start()
     try:
-        previous = _compat.set_dynamo_code_callback(hooks.on_code)
+        with code_source(mechanism.codes, events.on_code):
+            yield
+    finally:
+        events.stop()
+
+
+@contextlib.contextmanager
+def code_source(kind: str, on_code: Callable[[types.CodeType], None]) -> Iterator[None]:
+    """Hand `on_code` every code object Dynamo produced ("callback" or "hook", see the docstring)."""
+    if kind == "callback":
+        previous = _compat.set_dynamo_code_callback(on_code)
+        try:
+            yield
+        finally:
+            _compat.set_dynamo_code_callback(previous)
+        return
+    handle = _compat.register_dynamo_bytecode_hook(on_code)
+    try:
+        # registered first, then the earlier ones: a code made in between is seen (twice, harmlessly)
+        for code in _compat.dynamo_output_codes():
+            on_code(code)
         yield
     finally:
-        _compat.set_dynamo_code_callback(previous)
-        hooks.stop()
-
-
-class _TraceHooks:
-    """Python <= 3.11: sys.settrace; opcode events only in frames of tracked code objects."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.previous: Any = None
-
-    def start(self) -> None:
-        self.previous = sys.gettrace()
-        sys.settrace(self._global)
-
-    def stop(self) -> None:
-        sys.settrace(self.previous)
-
-    def on_code(self, code: types.CodeType) -> None:
-        self.engine.on_code(code)
-
-    def _global(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if event != "call" or not self.engine.is_tracked(frame.f_code):
-            return None
-        frame.f_trace_opcodes = True
-        frame.f_trace_lines = False
-        return self._local
-
-    def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if event == "opcode":
-            self.engine.on_instruction(frame, frame.f_code, frame.f_lasti)
-        elif event == "return":
-            self.engine.on_return(frame)
-        return self._local
-
-
-class _MonitoringHooks:
-    """Python >= 3.12: sys.monitoring local events on each tracked code object."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.tool = -1
-        self.codes: list[types.CodeType] = []
-
-    def start(self) -> None:
-        mon = sys.monitoring
-        free = [t for t in (mon.PROFILER_ID, 3, 4, 5) if mon.get_tool(t) is None]
-        if not free:
-            raise RuntimeError("dynstep.step_bytecode: every sys.monitoring tool id other than the debugger's "
-                               "is taken (a profiler or coverage tool is running); stop one and retry")
-        self.tool = free[0]
-        mon.use_tool_id(self.tool, "dynstep bytecode stepper")
-        events = mon.events
-        mon.register_callback(self.tool, events.INSTRUCTION, self._instruction)
-        mon.register_callback(self.tool, events.PY_RETURN, self._return)
-
-    def stop(self) -> None:
-        mon = sys.monitoring
-        for code in self.codes:
-            mon.set_local_events(self.tool, code, 0)
-        mon.register_callback(self.tool, mon.events.INSTRUCTION, None)
-        mon.register_callback(self.tool, mon.events.PY_RETURN, None)
-        mon.free_tool_id(self.tool)
-
-    def on_code(self, code: types.CodeType) -> None:
-        if self.engine.on_code(code) and code not in self.codes:
-            self.codes.append(code)
-            events = sys.monitoring.events
-            sys.monitoring.set_local_events(self.tool, code, events.INSTRUCTION | events.PY_RETURN)
-
-    def _instruction(self, code: types.CodeType, offset: int) -> None:
-        frame = _frame_of(code)
-        if frame is not None:
-            self.engine.on_instruction(frame, code, offset)
-
-    def _return(self, code: types.CodeType, offset: int, retval: object) -> None:
-        frame = _frame_of(code)
-        if frame is not None:
-            self.engine.on_return(frame)
-
-
-def _frame_of(code: types.CodeType) -> types.FrameType | None:
-    """sys.monitoring passes the code, not the frame: the innermost frame running it."""
-    f: types.FrameType | None = sys._getframe(2)
-    while f is not None and f.f_code is not code:
-        f = f.f_back
-    return f
+        handle.remove()

@@ -18,6 +18,7 @@ from ..step.stepper import STEPPER
 from .code import CodeInfo, Row, analyse, resume_title
 from .commands import Commands
 from .events import BytecodeStopped
+from .mechanism import Mechanism
 from .views import instruction_row
 
 
@@ -40,8 +41,9 @@ class _GraphCall:
 class BytecodeStepper(Commands):
     """State between stops; the commands themselves are in `Commands` (``cmd_<name>``)."""
 
-    def __init__(self, frontend: Any) -> None:
+    def __init__(self, frontend: Any, mechanism: Mechanism) -> None:
         self.frontend = frontend
+        self.mechanism = mechanism
         self.infos: dict[types.CodeType, CodeInfo] = {}
         self.failed: dict[types.CodeType, str] = {}
         self.breakpoints: dict[types.CodeType, set[int]] = {}
@@ -53,6 +55,7 @@ class BytecodeStepper(Commands):
         self.graph_call: _GraphCall | None = None
         self.detached = frontend is None
         self.current: Here | None = None
+        self.stop_reason, self.stop_note = "", ""
         self.user_vars: dict[str, Any] = {}
         self.list_start: int | None = None
         self.visited: list[types.CodeType] = []   # code objects seen, in first-run order
@@ -160,8 +163,10 @@ class BytecodeStepper(Commands):
     def _stop(self, here: Here, reason: str, note: str = "") -> None:
         self.stopped_once = True
         self.current = here
+        self.stop_reason, self.stop_note = reason, note   # for front ends that show the stop themselves
         self.list_start = None
         self.mode = "continue"
+        self.next_from = None      # an `n` ends at any stop: its frame's return must not turn a later `c` into a step
         info, row = here.info, here.row
         note = note or _resume_note(here)
         text = linecache.getline(info.code.co_filename, row.line).strip() if row.line else ""
@@ -196,7 +201,7 @@ class BytecodeStepper(Commands):
 
 def _resume_note(here: Here) -> str:
     """At ``LOAD_GLOBAL __resume_at_164_3``: which part of the user's function that resume function is."""
-    name = here.row.argrepr.replace("NULL + ", "")
+    name = here.row.argrepr.replace("NULL + ", "").replace(" + NULL", "")     # 3.13 pushes the NULL after
     if here.row.opname != "LOAD_GLOBAL" or not name.startswith("__resume_at"):
         return ""
     fn = here.frame.f_globals.get(name)

@@ -76,14 +76,14 @@ def help_entries(obj: Any, aliases: Mapping[str, str]) -> tuple[tuple[str, str],
 
 
 def split_commands(script: str) -> list[str]:
-    """One command per line or per ``;``, except inside quotes or brackets.
+    """One command per line or per ``;``, except a ``;`` inside a quoted string.
 
     ``"p value.mean(); s; c"`` -> ["p value.mean()", "s", "c"];
-    ``"p 'a;b'; p d[';']"`` -> ["p 'a;b'", "p d[';']"].
+    ``"p 'a;b'; p d[';']"`` -> ["p 'a;b'", "p d[';']"]. An unclosed quote ends at the end of its line.
     """
     out: list[str] = []
     for line in script.splitlines():
-        current, quote, depth, escaped = [], "", 0, False
+        current, quote, escaped = [], "", False
         for ch in line:
             if escaped:
                 escaped = False
@@ -93,11 +93,7 @@ def split_commands(script: str) -> list[str]:
                 quote = "" if ch == quote else quote
             elif ch in "'\"":
                 quote = ch
-            elif ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                depth = max(0, depth - 1)
-            elif ch == ";" and depth == 0:
+            elif ch == ";":
                 out.append("".join(current))
                 current = []
                 continue

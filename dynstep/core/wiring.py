@@ -32,7 +32,12 @@ Sink = Callable[[object], None]
 
 
 class Frontend(Protocol):
-    """Answers a stop: shows it and feeds command lines to `stepper.execute` until one resumes."""
+    """Answers a stop: shows it and feeds command lines to `stepper.execute` until one resumes.
+
+    Optional: `read(prompt) -> str | None` (one command line: the compile-time stop of
+    dynstep.breakpoint() reads its commands through it), or `compile_stop(stop, fake_locals)` (a
+    front end that answers that stop its own way, e.g. a debugger frame holding the fake locals).
+    """
 
     def run(self, stepper: "Stepper", stop: "Stop | None") -> None: ...
 
@@ -59,11 +64,17 @@ def install_sink(sink: Sink, *, replace: bool = True) -> None:
             _sink = sink
 
 
-def install_frontend_factory(factory: FrontendFactory, *, replace: bool = True) -> None:
+def install_frontend_factory(factory: FrontendFactory | None, *, replace: bool = True) -> None:
     global _factory
     with _lock:
         if replace or _factory is None:
             _factory = factory
+
+
+def current_frontend_factory() -> FrontendFactory | None:
+    """The factory installed now (a front end that takes over saves it to give it back later)."""
+    _load()
+    return _factory
 
 
 def register_renderer(name: str, fn: Callable[..., Any], *, replace: bool = True) -> None:

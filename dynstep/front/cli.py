@@ -7,7 +7,13 @@
     dynstep run -m MODULE [ARGS]         ... --pause SEL --probe SEL --commands "p value; c" --frontend pdb
     dynstep run --probe SEL --record R SCRIPT   ... and keep what the probes saw in the recording R
     dynstep run --step-bytecode SCRIPT   step through the bytecode Dynamo wrote, and into its graphs
+    dynstep run --dap 5679 [--wait] SCRIPT   serve the Debug Adapter Protocol (VS Code attaches; docs/vscode.md);
+                                         --dap HOST:PORT off loopback needs --dap-token (or prints one)
+    dynstep attach HOST:PORT             the terminal REPL driving a process served with --dap
     dynstep diff SCRIPT [--backend B]    diff every compiled graph in SCRIPT against eager and float64
+    dynstep gdb --pause SEL SCRIPT       SCRIPT under gdb: at a stop, `native` names the node's kernel and
+                                         `native break` puts gdb there (--cuda: cuda-gdb; --batch for CI)
+    dynstep vscode [--cpp]               .vscode/launch.json: Python through dynstep, a gdb attach for C++
     dynstep report RECORDING [-o HTML]   a page with plots, the first NaN, graphs, graph breaks, all hits;
                                          --json FILE, --tensorboard DIR, --tlparse TRACE_DIR, --select SEL
 
@@ -18,11 +24,15 @@ and exits, so the verbs can be tested in-process and through a subprocess alike.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
-# (ok, message), or (ok, message, exit code) for verbs that pass a program's own exit code on
-Result = tuple[bool, str] | tuple[bool, str, int]
+from .cli_native import add_gdb, add_vscode, cmd_gdb, cmd_vscode
+from .cli_options import Result, add_run_options, add_run_only_options, check_overrides, dap_options, overrides_of
+
+__all__ = ["Result", "VERBS", "build_parser", "main"]
 
 
 def cmd_demo(args: argparse.Namespace) -> Result:
@@ -56,41 +66,23 @@ def cmd_run(args: argparse.Namespace) -> Result:
     if not target:
         return False, "dynstep run: give a script (dynstep run train.py) or a module (dynstep run -m pkg.train)", 2
     script_args = list(args.args) if args.module is None else [a for a in (args.script, *args.args) if a]
-    overrides: dict[str, object] = {}
-    for name in ("probe", "pause"):
-        if getattr(args, name):
-            overrides[name] = list(getattr(args, name))
-    for name in ("commands", "frontend", "inner", "nan"):
-        if getattr(args, name) is not None:
-            overrides[name] = getattr(args, name)
-    for flag in ("step", "grads"):
-        if getattr(args, flag):
-            overrides[flag] = True
-    problem = _check_overrides(overrides)
+    overrides = overrides_of(args)
+    problem = check_overrides(overrides)
     if problem:
         return False, f"dynstep run: {problem}", 2
-    code = run(target, script_args, overrides, module=args.module is not None,
-               step_bytecode=args.step_bytecode, explain=args.explain, record=args.record)
+    dap, problem = dap_options(args)
+    if problem:
+        return False, f"dynstep run: {problem}", 2
+    code = run(target, script_args, overrides, module=args.module is not None, step_bytecode=args.step_bytecode,
+               native=args.native, dap=dap, explain=args.explain, record=args.record)
     return code == 0, "", code
 
 
-def _check_overrides(overrides: dict[str, object]) -> str:
-    """'' when the options (with DYNSTEP_* from the environment) are valid, else one line saying why."""
-    from ..core.errors import OptionsError, SelectorError
-    from ..core.options import Options, check_environment
-    from ..graph.selectors import KINDS
+def cmd_attach(args: argparse.Namespace) -> Result:
+    """Drive a process served with `dynstep run --dap` from this terminal (the same REPL, over DAP)."""
+    from .attach import attach
 
-    try:
-        from dynstep.backends.superstep import checked
-
-        check_environment()
-        checked(Options.from_mapping({**overrides, "inner": overrides.get("inner", "eager")}))
-    except SelectorError as exc:
-        return (f"{str(exc).splitlines()[0]} (a selector is one of {', '.join(k + ':...' for k in KINDS)} "
-                "or *; e.g. module:blocks.0.attn)")
-    except OptionsError as exc:
-        return str(exc)
-    return ""
+    return attach(args.address, token=args.token)
 
 
 def cmd_diff(args: argparse.Namespace) -> Result:
@@ -100,7 +92,11 @@ def cmd_diff(args: argparse.Namespace) -> Result:
     script = os.path.abspath(args.script)
     if not os.path.isfile(script):
         return False, f"dynstep diff: no such script {args.script!r}", 2
-    report, script_exit = _diff_script(args, script)
+    try:
+        backend = _backend_arg(args.backend)
+    except ValueError as exc:
+        return False, str(exc), 2
+    report, script_exit = _diff_script(args, script, backend)
     report.show()
     if args.json:
         report.to_json(args.json)
@@ -113,7 +109,7 @@ def cmd_diff(args: argparse.Namespace) -> Result:
     return script_exit == 0, "", script_exit
 
 
-def _diff_script(args: argparse.Namespace, script: str):
+def _diff_script(args: argparse.Namespace, script: str, backend: Any):
     """Run the script under the diff; (report, the script's own exit code)."""
     import os
     import runpy
@@ -121,7 +117,6 @@ def _diff_script(args: argparse.Namespace, script: str):
     from ..eagerdiff.api import config, diffing
     from .diff_show import progress_bar
 
-    backend = _backend_arg(args.backend)
     saved_argv, saved_path = list(sys.argv), list(sys.path)
     sys.argv, sys.path[0:0] = [script, *args.script_args], [os.path.dirname(script)]
     script_exit = 0
@@ -157,28 +152,8 @@ def _backend_arg(text: str):
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"dynstep diff: --backend {text!r}: cannot import {attr!r} from {module!r} ({exc}); "
+        raise ValueError(f"dynstep diff: --backend {text!r}: cannot import {attr!r} from {module!r} ({exc}); "
                          "expected a backend name like 'inductor' or module:attribute") from None
-
-
-def _run_arguments(run: argparse.ArgumentParser) -> None:
-    run.add_argument("-m", dest="module", default=None, help="run a module as a script (like python -m)")
-    run.add_argument("--probe", action="append", default=[], help="probe selector (repeatable)")
-    run.add_argument("--pause", action="append", default=[], help="pause selector (repeatable)")
-    run.add_argument("--commands", default=None, help='scripted stepper commands: "p value.mean(); s; c"')
-    run.add_argument("--frontend", default=None, choices=["repl", "script", "pdb"], help="who answers a stop")
-    run.add_argument("--inner", default=None, help="inner compiler for every graph (default: the script's backend)")
-    run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
-    run.add_argument("--grads", action="store_true", help="also probe the gradient flowing into each probed value")
-    run.add_argument("--record", metavar="PATH", default=None,
-                     help="stream every probe hit and compile event to the recording PATH (then: dynstep report PATH)")
-    run.add_argument("--explain", action="store_true",
-                     help="print each graph break and recompile as it happens (default: a summary at the end)")
-    run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
-    run.add_argument("--step-bytecode", action="store_true",
-                     help="stop at the first instruction of the first Dynamo-produced code (dynstep.step_bytecode())")
-    run.add_argument("script", nargs="?", help="the script to run")
-    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,7 +165,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help=cmd_doctor.__doc__)
     run = sub.add_parser("run", help=cmd_run.__doc__,
                          usage="dynstep run [options] SCRIPT [ARGS...] | dynstep run [options] -m MODULE [ARGS...]")
-    _run_arguments(run)
+    add_run_only_options(run)
+    add_run_options(run)
+    attach = sub.add_parser("attach", help=cmd_attach.__doc__)
+    attach.add_argument("address", metavar="HOST:PORT", help="where `dynstep run --dap` listens (e.g. localhost:5679)")
+    attach.add_argument("--token", default=os.environ.get("DYNSTEP_DAP_TOKEN"),
+                        help="the server's token (needed when it listens beyond loopback; default DYNSTEP_DAP_TOKEN)")
+    add_gdb(sub)
+    add_vscode(sub)
+    _add_diff(sub)
+    from .report_cli import add_arguments
+
+    add_arguments(sub.add_parser("report", help=cmd_report.__doc__))
+    return parser
+
+
+def _add_diff(sub: Any) -> None:
     diff = sub.add_parser("diff", help=cmd_diff.__doc__)
     diff.add_argument("script", help="the Python script to run")
     diff.add_argument("script_args", nargs="*", help="arguments for the script (after --)")
@@ -203,16 +193,15 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--html", metavar="FILE", help="write the report as a self-contained HTML page")
     diff.add_argument("--calls", type=int, default=1, help="diff the first N calls of each graph (default: 1)")
     diff.add_argument("--no-ladder", action="store_true", help="skip the backends ladder")
-    from .report_cli import add_arguments
-
-    add_arguments(sub.add_parser("report", help=cmd_report.__doc__))
-    return parser
 
 
 VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "demo": cmd_demo,
     "doctor": cmd_doctor,
     "run": cmd_run,
+    "attach": cmd_attach,
+    "gdb": cmd_gdb,
+    "vscode": cmd_vscode,
     "diff": cmd_diff,
     "report": cmd_report,
 }

@@ -20,6 +20,7 @@ def report() -> tuple[list[str], bool]:
     ok = _backend(lines)
     _kernels(lines)
     _features(lines)
+    _mixed_mode(lines)
     lines.append(f"compilers: g++ {'found' if shutil.which('g++') else 'missing'}, "
                  f"nvcc {'found' if shutil.which('nvcc') else 'missing'}")
     lines.append(f"executable: {sys.executable}")
@@ -65,14 +66,11 @@ def _kernel_note(name: str, keys: list[str], native_reason: str) -> str:
 
 
 def _features(lines: list[str]) -> None:
-    from .. import _compat
     from ..ops import native
     from ..probe import fastpath, switch
 
     lines.append(f"Inductor's wrapper calls dynstep::probe by: {fastpath.status()}")
-    missing = _compat.bytecode_hooks_missing()
-    lines.append("bytecode stepper (step_bytecode, dynstep run --step-bytecode): " +
-                 ("available" if missing is None else f"unavailable: {missing}"))
+    _bytecode(lines)
     lines.append(f"probes: {'enabled' if switch.enabled() else 'disabled'} "
                  "(dynstep.probes.enable()/disable(), DYNSTEP_PROBES=0)")
     mod = native.get()
@@ -80,3 +78,33 @@ def _features(lines: list[str]) -> None:
         held, cap = mod.memory()
         lines.append(f"record memory: {held} bytes held in native rings, cap {cap} bytes "
                      "(dynstep.set_record_memory_cap; oldest records dropped first)")
+
+
+def _bytecode(lines: list[str]) -> None:
+    """Which mechanism the bytecode stepper uses on this torch and Python, and the native stack reader."""
+    from ..bytecode import framestack, mechanism
+
+    missing = mechanism.unavailable()
+    chosen = mechanism.choose() if missing is None else None
+    lines.append("bytecode stepper (step_bytecode, dynstep run --step-bytecode): " +
+                 (f"available: {chosen.describe()}" if chosen is not None else f"unavailable: {missing}"))
+    framestack.load()      # what the `stack` command would build on a torch without its own reader
+    st = framestack.status()
+    use = ("used by the stepper here" if chosen is not None and chosen.stack == "native" else
+           f"not used here: torch reads the stack itself ({mechanism.ENV}=hook uses it)" if chosen is not None
+           else "the stepper cannot run here")
+    lines.append(f"  native value-stack reader (csrc/frame_stack.c): {'loaded' if st.loaded else 'not loaded'}, "
+                 f"{use} ({st.reason})")
+
+
+def _mixed_mode(lines: list[str]) -> None:
+    """Which debugger and Python helper `dynstep gdb` would use, and how to get what is missing."""
+    from .gdb_launch import find_gdb, find_helper, gdb_version, helper_hint
+
+    for label, cuda in (("dynstep gdb", False), ("dynstep gdb --cuda", True)):
+        path = find_gdb(cuda)
+        missing = "cuda-gdb: put the CUDA toolkit's bin/ on PATH" if cuda else "apt-get install gdb"
+        lines.append(f"{label}: " + (f"{path} ({gdb_version(path)})" if path else f"no debugger found ({missing})"))
+    helper = find_helper()
+    lines.append("python helper for py-bt in gdb: " + (helper or "not found; gdb shows native frames only. "
+                                                        + helper_hint()))

@@ -109,8 +109,9 @@ def render(event: object, console: Console | None = None) -> None:
         _compile_view(c, event.view)
     else:
         from .bytecode_repl import render as render_bytecode   # the bytecode stepper's events
+        from .native_show import render as render_native       # `native`, `native break`
 
-        if not render_bytecode(event, c):
+        if not render_bytecode(event, c) and not render_native(event, c):
             c.print(repr(event))
 
 

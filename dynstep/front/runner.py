@@ -142,16 +142,32 @@ def _compile_events(explain: bool) -> Iterator[None]:
                 show_compile_events(seen)
 
 
-def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, module: bool = False,
-        step_bytecode: bool = False, explain: bool = False, record: str | None = None) -> int:
-    """Run a script (or ``-m`` module) as ``__main__``; returns its exit code."""
-    if step_bytecode:
-        from .. import _compat
+@contextlib.contextmanager
+def _native_tracking(enabled: bool) -> Iterator[None]:
+    """``--native`` (what `dynstep gdb` runs): every Inductor graph of the run keeps its node -> kernel
+    provenance, so `native` works at any stop (superstep turns it on only for graphs with stop points)."""
+    if not enabled:
+        yield
+        return
+    from ..mixed.provenance import tracking
+    from .gdb_launch import die_with_debugger
 
-        missing = _compat.bytecode_hooks_missing()
-        if missing is not None:
-            print(f"dynstep run --step-bytecode: the bytecode stepper cannot run here: {missing}",
-                  file=sys.stderr)
+    die_with_debugger()
+    with tracking():
+        yield
+
+
+def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, module: bool = False,
+        step_bytecode: bool = False, dap: Mapping[str, Any] | None = None, native: bool = False,
+        explain: bool = False, record: str | None = None) -> int:
+    """Run a script (or ``-m`` module) as ``__main__``; returns its exit code.
+
+    dap: ``{"address": "5679" | "HOST:PORT", "token": str | None, "wait": bool}`` serves the Debug
+    Adapter Protocol for the run (the client gets `exited` with the script's exit code at the end);
+    record: stream every probe hit and compile event into that recording; explain: show graph breaks
+    and recompiles as they happen (else a summary at the end)."""
+    if step_bytecode:
+        if not _bytecode_stepper_runs():
             return 2
         overrides = {**overrides, "step": True}
     if not module and not os.path.isfile(target):
@@ -164,9 +180,41 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
     except StorageError as exc:
         print(f"dynstep run: --record: {exc}", file=sys.stderr)
         return 2
-    with recording, _compile_events(explain), _argv([target, *args], path0), routed_compile(overrides), \
-            _interrupt_steps(), _bytecode_stepping(step_bytecode, overrides):
-        return _run_main(target, module)
+    if dap is not None and not _serve(dap):
+        return 2
+    code = 1
+    try:
+        with recording, _compile_events(explain), _argv([target, *args], path0), routed_compile(overrides), \
+                _interrupt_steps(), _bytecode_stepping(step_bytecode, overrides), _native_tracking(native):
+            code = _run_main(target, module)
+            return code
+    finally:
+        if dap is not None:
+            from ..remote.api import stop_serving
+
+            stop_serving(code)
+
+
+def _bytecode_stepper_runs() -> bool:
+    """--step-bytecode: whether the bytecode stepper runs on this torch/Python (said why not)."""
+    from ..bytecode.mechanism import unavailable
+
+    missing = unavailable()
+    if missing is not None:
+        print(f"dynstep run --step-bytecode: the bytecode stepper cannot run here: {missing}", file=sys.stderr)
+    return missing is None
+
+
+def _serve(dap: Mapping[str, Any]) -> bool:
+    """Start the DAP server (and wait for a client with --wait); False, said why, when it cannot."""
+    from ..remote.api import serve_dap
+
+    try:
+        serve_dap(dap["address"], token=dap.get("token"), wait=bool(dap.get("wait")))
+    except (OSError, ValueError) as exc:
+        print(f"dynstep run --dap {dap['address']}: cannot serve the debug adapter protocol: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _run_main(target: str, module: bool) -> int:

@@ -170,6 +170,16 @@ def is_dynstep_node(node: torch.fx.Node) -> bool:
     return _compat.is_op_overload(target) and target.namespace == "dynstep"
 
 
+_STATE_STORE = re.compile(r"^\s*[A-Za-z_][\w.]*(\.[A-Za-z_]\w*|\[[^\]]*\])\s*(?::[^=]+)?=(?!=)")
+
+
+def stores_state(node: torch.fx.Node) -> bool:
+    """The node's source line stores its value into an object (``self.keys = torch.cat(...)``,
+    ``cache[i] = x``): Python state the program mutated, which Dynamo returns as a graph output."""
+    frames = user_frames(node)
+    return bool(frames) and bool(_STATE_STORE.match(frames[-1].code))
+
+
 def tensor_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
     """A tensor node itself; for a tuple-valued node, its getitem users (where its tensors live)."""
     if isinstance(example_value(node), torch.Tensor):

@@ -139,7 +139,13 @@ def _select_one(nodes: list[torch.fx.Node], sel: Selector):
 
 
 def _module_outputs(nodes: list[torch.fx.Node], rx: re.Pattern[str]):
-    """For each call of a matching module: the nodes whose values leave the call (what it returns)."""
+    """For each call of a matching module: what it returns, as a forward hook sees it.
+
+    A value the call returns is used after the call: by a later node, or (when the compiled function
+    returns it as it is) only by the graph's output. A value that leaves only through state the call
+    mutated — a KV cache's `self.keys = torch.cat(...)`, which Dynamo hands back as a graph output —
+    is not a return, although it also reaches the output node.
+    """
     paths = sorted({p for n in nodes for p in gi.module_stack(n) if rx.match(p)})
     out = []
     for path in paths:
@@ -147,8 +153,12 @@ def _module_outputs(nodes: list[torch.fx.Node], rx: re.Pattern[str]):
             inside = set(run)
             for n in run:
                 # dynstep's own nodes (pauses placed before probes) are not uses of the value
-                if any(u not in inside and not gi.is_dynstep_node(u) for u in n.users) and gi.tensor_leaves(n):
-                    out.append((n, path, gi.source(n)[0]))
+                after = [u for u in n.users if u not in inside and not gi.is_dynstep_node(u)]
+                if not after or not gi.tensor_leaves(n):
+                    continue
+                if all(u.op == "output" for u in after) and gi.stores_state(n):
+                    continue
+                out.append((n, path, gi.source(n)[0]))
     return out
 
 

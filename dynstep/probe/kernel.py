@@ -13,16 +13,11 @@ and the generated code's `dynstep.fastpath` import.
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
+from ..core.once import once
 from ..ops import native, schema
 from . import fastpath, rings, runtime, sessions
-
-_lock = threading.Lock()
-_done = False
-
 
 def _probe_batched(info, in_dims, x: torch.Tensor, site: int):
     """Under torch.vmap: probe the whole batch at once (its batch dimension first); no output."""
@@ -41,24 +36,18 @@ def _grad_tap_bw(g: torch.Tensor, site: int) -> torch.Tensor:
     return g.clone()
 
 
+@once
 def ensure() -> None:
-    """Register and connect everything a probe needs at run time (idempotent, thread-safe)."""
-    global _done
-    if _done:
-        return
-    with _lock:
-        if _done:
-            return
-        schema.impl("probe", runtime.on_probe)
-        schema.impl("grad_tap", _grad_tap)
-        schema.impl("grad_tap_bw", _grad_tap_bw)
-        torch.library.register_vmap("dynstep::probe", _probe_batched, lib=schema.LIB)
-        runtime.connect(destination=sessions.DESTINATION)
-        # while a graph calling the probe is traced: once Inductor's code generator is loaded (it is
-        # by the time AOTAutograd traces for Inductor), its wrapper lines call the probe directly
-        schema.on_trace("probe", fastpath.install_when_inductor_loaded)
-        module = native.load()
-        if module is not None:
-            rings.attach_native(module)
-            fastpath.bind(module.probe)
-        _done = True
+    """Register and connect everything a probe needs at run time (the first call; then a no-op)."""
+    schema.impl("probe", runtime.on_probe)
+    schema.impl("grad_tap", _grad_tap)
+    schema.impl("grad_tap_bw", _grad_tap_bw)
+    torch.library.register_vmap("dynstep::probe", _probe_batched, lib=schema.LIB)
+    runtime.connect(destination=sessions.DESTINATION)
+    # while a graph calling the probe is traced: once Inductor's code generator is loaded (it is
+    # by the time AOTAutograd traces for Inductor), its wrapper lines call the probe directly
+    schema.on_trace("probe", fastpath.install_when_inductor_loaded)
+    module = native.load()
+    if module is not None:
+        rings.attach_native(module)
+        fastpath.bind(module.probe)

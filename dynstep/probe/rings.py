@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import warnings
 from types import ModuleType
 
@@ -124,6 +125,10 @@ def action_bits(site: Site) -> int:
     mask = bits["python"] if _immediate and site.hand is None else 0
     for action in site.actions:
         mask |= bits[action] if action in NATIVE_ACTIONS else bits["python"]
+    if "nan" in site.actions:
+        # inside a captured CUDA graph the check cannot enter Python: the device records a sticky
+        # non-finite flag instead, which `raise_first_nonfinite` reads after the replay
+        mask |= bits["nonfinite_flag"]
     hand = site.hand
     if hand is not None:
         if hand.when == "capture":
@@ -202,6 +207,29 @@ def site_report(site_id: int) -> SiteReport:
         nonfinite, failed = nonfinite or n_nonfinite, failed or n_failed
         message = message or n_message
     return SiteReport(calls, nonfinite, failed, message, py.unchecked)
+
+
+_FLAG_MESSAGE = re.compile(r"^call (\d+): (\d+) NaN, (\d+) Inf")
+
+
+def raise_first_nonfinite(site_ids: list[int]) -> None:
+    """After a replayed CUDA graph: the first of `site_ids` (graph order) whose device check saw
+    NaN/Inf in this replay is reported as the Python check would have (raise, warn or stop), and
+    every flag is cleared for the next replay. The caller synchronized the device."""
+    native = _native
+    if native is None:
+        return
+    first = None
+    for site_id in site_ids:
+        _calls, nonfinite, _failed, message, *_ = native.site_state(site_id)
+        if nonfinite and first is None:
+            first = (site_id, message)
+        if nonfinite:
+            native.reset_flags(site_id)
+    if first is not None:
+        match = _FLAG_MESSAGE.match(first[1])
+        call, nan, inf = (int(g) for g in match.groups()) if match else (0, 0, 0)
+        runtime.nonfinite_at_replay(SITES.get(first[0]), nan, inf, call)
 
 
 def reset_checks(site_id: int) -> None:

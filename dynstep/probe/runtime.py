@@ -96,6 +96,12 @@ def on_probe(x: torch.Tensor, site_id: int) -> None:
     site = SITES.get(site_id)
     if site.hand is not None and not _acts_now(x, site.hand):
         return
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        # The Python kernel reads values on the host: inside a capture that would synchronize a
+        # capturing stream (an error, or a crash in the graph recorder). Say so once; never crash.
+        _warn_once(site, "capture", f"dynstep: probe at {_where(site)}: its {', '.join(site.actions) or 'check'} "
+                   "action cannot run inside CUDA graph capture for this value; skipped at replay")
+        return
     reason = unsupported_reason(x)
     if reason is not None:
         _skip(site, reason)
@@ -262,6 +268,13 @@ def _nonfinite(site: Site, nan: int, inf: int, x: torch.Tensor, call: int) -> No
         return
     raise NonFiniteError(message, node=site.node, target=site.target, source=site.source,
                          module=site.module, graph=site.graph, nan=nan, inf=inf)
+
+
+def nonfinite_at_replay(site: Site, nan: int, inf: int, call: int) -> None:
+    """A NaN/Inf the device found inside a replayed CUDA graph: reported with the same message as a
+    check outside capture; `nan="stop"` stops here, after the replay, without the value (the graph's
+    memory holds it, and later nodes may have reused it)."""
+    _nonfinite(site, nan, inf, torch.empty(0), call)
 
 
 def _where(site: Site) -> str:

@@ -39,8 +39,10 @@ class StepperCommands(CommandSet):
     current: "Stop | None"
     mode: str
     next_graph: str
+    out_from: tuple[str, int]
     breakpoints: dict[str, set[int]]
     break_ids: set[int]
+    external_breaks: dict[str, frozenset[int]]
     disabled: set[str]
     watches: list[str]
     user_vars: dict[str, Any]
@@ -61,6 +63,10 @@ class StepperCommands(CommandSet):
             raise ValueError("an expression is needed, e.g. p value[0, :4]")
         return eval(compile(expr, "<dynstep>", "eval"), {"__builtins__": __builtins__}, self.namespace())
 
+    def recompute_breaks(self) -> None:
+        """The sites that stop: the REPL's `break` selectors and every owner's (`Stepper.set_breaks`)."""
+        self.break_ids = set().union(*self.breakpoints.values(), *self.external_breaks.values())
+
     def cmd_continue(self, arg: str) -> bool:
         """continue, c: run on; stop again at the next pause selector or breakpoint hit."""
         self.mode = "run"
@@ -78,6 +84,14 @@ class StepperCommands(CommandSet):
         assert self.current is not None
         self.mode, self.next_graph = "next", self.current.site.graph
         emit(Resumed("next"))
+        return True
+
+    def cmd_out(self, arg: str) -> bool:
+        """out: run to the first node of the next graph call (another graph, or this one again)."""
+        assert self.current is not None
+        self.mode = "out"
+        self.out_from = (self.current.site.graph, self.current.site.id)
+        emit(Resumed("out"))
         return True
 
     def cmd_print(self, arg: str) -> None:
@@ -120,6 +134,9 @@ class StepperCommands(CommandSet):
         if not isinstance(result, (torch.Tensor, int, float, bool, list, tuple)):
             raise ValueError(f"cannot write a {type(result).__name__} into {label} ({what}); expected a tensor or "
                              "a number, e.g. set value = value.clamp(-1, 1) or set value = 0")
+        if isinstance(result, torch.Tensor) and result.is_complex() and not x.is_complex():
+            raise ValueError(f"cannot write a complex tensor into {label} ({what}): the imaginary part would be "
+                             "dropped; write result.real or result.abs() if that is what you mean")
         try:
             new = torch.as_tensor(result, dtype=x.dtype, device=x.device)
         except (TypeError, ValueError, RuntimeError) as exc:
@@ -167,7 +184,7 @@ class StepperCommands(CommandSet):
             raise ValueError(str(exc)) from None
         ids = break_sites(selector)
         self.breakpoints[selector.text] = ids
-        self.break_ids |= ids
+        self.recompute_breaks()
         self.disabled.discard(selector.text)
         if not ids:
             emit(Info(f"breakpoint {selector.text} matches no stop point yet; only graphs with stop points "
@@ -186,7 +203,7 @@ class StepperCommands(CommandSet):
             self.breakpoints.pop(text, None)
             if text in pauses:
                 self.disabled.add(text)
-        self.break_ids = set().union(*self.breakpoints.values()) if self.breakpoints else set()
+        self.recompute_breaks()
         emit(Info(f"cleared: {', '.join(names) or 'nothing'}"))
 
     def cmd_watch(self, arg: str) -> None:
@@ -215,6 +232,12 @@ class StepperCommands(CommandSet):
                          stats=stats_of(x), tensor=x.detach().to("cpu", copy=True), site=site.id,
                          source_text=site.source_text))
         emit(Info(f"recorded {site.node} (call {stop.call}) into the session"))
+
+    def cmd_native(self, arg: str) -> bool:
+        """native [break [N]]: the native kernel that computes this node; break: a gdb breakpoint on it, run on."""
+        from ..mixed.commands import native   # the mixed-mode room; it never imports the stepper
+
+        return native(self, arg)  # type: ignore[arg-type]
 
     def cmd_quit(self, arg: str) -> None:
         """quit, q: stop the program here with dynstep.Abort."""

@@ -1,7 +1,8 @@
 """The run-time registry of graphs with stop points: their listings (what `graph` shows) and the
 sites a `break SEL` picks in them, with the pause pass's selector semantics.
 
-The pause pass (backends/pause_pass.py) puts an entry here for every graph it gives stop points.
+The pause pass (backends/pause_pass.py) puts an entry here for every graph it gives stop points;
+listeners (an editor re-verifying its breakpoints) hear of each new graph.
 
     GRAPHS.put(GraphEntry("forward[0/0]", rows, graph)); GRAPHS.get("forward[0/0]").rows
     break_sites(selectors.parse("module:blocks.0"))      -> {site ids}
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 
 import torch.fx
 
@@ -30,10 +32,24 @@ class GraphRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._graphs: dict[str, GraphEntry] = {}
+        self._listeners: list[Callable[[GraphEntry], None]] = []
 
     def put(self, entry: GraphEntry) -> None:
         with self._lock:
             self._graphs[entry.graph_id] = entry
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(entry)
+
+    def listen(self, listener: Callable[[GraphEntry], None]) -> None:
+        with self._lock:
+            if listener not in self._listeners:
+                self._listeners.append(listener)
+
+    def unlisten(self, listener: Callable[[GraphEntry], None]) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
 
     def get(self, graph_id: str) -> GraphEntry | None:
         return self._graphs.get(graph_id)

@@ -11,26 +11,15 @@ it puts a pause into a graph (`dynstep::breakpoint`'s kernel is registered by
 
 from __future__ import annotations
 
-import threading
-
+from ..core.once import once
 from ..ops import schema
 from ..probe import kernel as probe_kernel
 from ..probe import runtime
 from .stepper import STOPPER, on_pause
 
-_lock = threading.Lock()
-_done = False
-
-
+@once
 def ensure() -> None:
-    """Register the pause kernel and connect the stepper to the probe runtime (idempotent)."""
-    global _done
-    if _done:
-        return
-    with _lock:
-        if _done:
-            return
-        probe_kernel.ensure()   # a graph with stop points may hold probes (grads, nan) too
-        schema.impl("pause", on_pause)
-        runtime.connect(stopper=STOPPER)
-        _done = True
+    """Register the pause kernel and connect the stepper to the probe runtime (the first call)."""
+    probe_kernel.ensure()   # a graph with stop points may hold probes (grads, nan) too
+    schema.impl("pause", on_pause)
+    runtime.connect(stopper=STOPPER)

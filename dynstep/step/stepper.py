@@ -10,7 +10,14 @@ which feeds command lines back to `Stepper.execute`. The commands are in
 
 Modes between stops: ``run`` (stop only at pause sites and breakpoints), ``step`` (stop at the
 next stop point of any graph), ``next`` (stop at the next pause site of the current graph, or at
-the first stop point of another graph).
+the first stop point of another graph), ``out`` (stop at the first stop point of the next graph
+call: another graph, or this one called again).
+
+Hooks for front ends that do not own the terminal (an editor through `dynstep.remote`):
+`interrupt()` stops at the next stop point (reason "interrupt"), `set_breaks(owner, ids)` adds
+breakpoints kept apart from the REPL's `break`, `stop_points = True` asks superstep for stop
+points in every graph compiled from then on, and a front end with a `decide(stepper, stop)`
+method may decline a stop or rename its reason (conditions, logpoints) before it is shown.
 """
 
 from __future__ import annotations
@@ -62,10 +69,14 @@ class Stepper(StepperCommands):
         """Forget front end, breakpoints, watches and mode (tests; a new `dynstep run`)."""
         self.mode = "run"
         self.next_graph = ""
+        self.out_from: tuple[str, int] = ("", 0)   # (graph, site id) where `out` started
+        self.interrupted = False
+        self.stop_points = False
         self.detached = False
         self.frontend: Frontend | None = None
         self.config: tuple[str | None, str | None, bool] | None = None
         self.breakpoints: dict[str, set[int]] = {}
+        self.external_breaks: dict[str, frozenset[int]] = {}
         self.break_ids: set[int] = set()
         self.disabled: set[str] = set()
         self.watches: list[str] = []
@@ -89,10 +100,28 @@ class Stepper(StepperCommands):
         self.mode = "run"
         emit(Info(why))
 
+    def interrupt(self) -> None:
+        """Stop at the next stop point of any graph (a client's pause request; thread-safe enough:
+        one flag read at every stop point, and graphs with two variants pick the stepping one)."""
+        self.interrupted = True
+
+    def set_breaks(self, owner: str, ids: set[int] | frozenset[int]) -> None:
+        """Breakpoints an owner (an editor session) keeps apart from `break`/`clear` (empty: none).
+
+        Called from the owner's own thread, also while the program thread is stopped (and holds the
+        stepper's lock): the new sets are built aside and swapped in, no lock taken."""
+        external = {k: v for k, v in self.external_breaks.items() if k != owner}
+        if ids:
+            external[owner] = frozenset(ids)
+        self.external_breaks = external
+        self.recompute_breaks()
+
     # -- run time -----------------------------------------------------------------------------
 
     def may_stop(self, site_ids: frozenset[int], pauses: dict[int, str]) -> bool:
         """Could a call of a graph with these stop points stop anywhere in it? (see graphs.TwoVariants)"""
+        if self.interrupted:
+            return True
         if self.detached:
             return False
         if self.mode != "run" or not self.break_ids.isdisjoint(site_ids):
@@ -100,14 +129,22 @@ class Stepper(StepperCommands):
         return any(probe not in self.disabled for probe in pauses.values())
 
     def reason_to_stop(self, site_id: int, site: Site) -> str | None:
+        if self.interrupted:
+            return "interrupt"
         if site.actions == ("pause",) and site.probe not in self.disabled:
             return "pause"
         if site_id in self.break_ids:
             return "break"
+        return self.mode_reason(site_id, site)
+
+    def mode_reason(self, site_id: int, site: Site) -> str | None:
+        """Whether stepping (s, n, out) alone stops here: "step" or None."""
         if self.mode == "step":
             return "step"
         if self.mode == "next" and site.graph != self.next_graph:
             return "step"
+        if self.mode == "out" and (site.graph != self.out_from[0] or site_id <= self.out_from[1]):
+            return "step"   # site ids grow in graph order: a smaller one is the next call of this graph
         return None
 
     def stop(self, x: torch.Tensor, site: Site, inputs: dict[str, torch.Tensor], *, reason: str,
@@ -115,16 +152,23 @@ class Stepper(StepperCommands):
         with self._lock:
             stop = Stop(site=site, value=x, inputs=inputs, reason=reason, call=self.hits[site.id] - 1,
                         writable=writable, stack=user_stack(), note=note, writable_inputs=writable_inputs)
+            self.interrupted = False
             _trace_stop(stop)
             frontend = self._frontend()
             if frontend is None:
                 if note:
                     emit(Info("dynstep: " + note))
                 return
+            decide = getattr(frontend, "decide", None)
+            if decide is not None:   # conditions, hit counts, logpoints: maybe not a stop after all
+                decided = decide(self, stop)
+                if decided is None:
+                    return
+                stop.reason = decided
             self.mode = "run"
             self.current = stop
             try:
-                emit(Stopped(reason=reason, site=site, call=stop.call, tensor=tensor_view(x),
+                emit(Stopped(reason=stop.reason, site=site, call=stop.call, tensor=tensor_view(x),
                              watches=tuple((w, self._watch_text(w)) for w in self.watches),
                              writable=writable, note=note))
                 frontend.run(self, stop)

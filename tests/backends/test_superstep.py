@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn as nn
 
 import dynstep
 from dynstep import _compat
@@ -201,3 +202,67 @@ def test_public_names_survive_submodule_imports():
         importlib.import_module(mod)
     assert callable(dynstep.session) and callable(dynstep.load) and callable(dynstep.superstep)
     assert isinstance(dynstep.session(), dynstep.Session)
+
+
+@pytest.mark.parametrize("probe", [[], ["op:sqrt"]])
+def test_nan_with_grads_checks_the_gradients_too(probe):
+    """Issue 14 item 6: `nan` with grads=True never checked gradients (Inf gradients went by)."""
+    def f(x):
+        y = x * 1.0
+        r = torch.sqrt(y)      # finite at 0; the gradient flowing into y is inf there
+        return (r * 3).sum()
+
+    cf = torch.compile(f, backend="superstep",
+                       options={"inner": "aot_eager", "nan": "raise", "grads": True, "probe": probe})
+    x = torch.tensor([0.0, 1.0, 4.0], requires_grad=True)
+    loss = cf(x)                 # the forward is finite
+    with pytest.raises(dynstep.NonFiniteError, match=r"1 Inf in the gradient of _operator.mul \(node y\)") as info:
+        loss.backward()
+    assert info.value.node == "y" and info.value.source.startswith("test_superstep.py:")
+
+
+def test_overlapping_selectors_probe_each_value_once(gpt):
+    """Issue 13 item 3: op:layer_norm and line:<the ln line> gave 7 hits for 5 LayerNorms."""
+    model, idx = gpt
+    cm = torch.compile(model, backend="superstep", options={
+        "inner": "eager", "probe": ["op:layer_norm", "node:layer_norm*", "module:blocks.0.ln1", "*"]})
+    with dynstep.session() as s, torch.no_grad():
+        cm(idx)
+    assert len(s.records("op:layer_norm")) == len(s.records("node:layer_norm*")) == 5
+    assert len(s.records("module:blocks.0.ln1")) == 1
+    per_node = [r.node for r in s.records()]
+    assert len(per_node) == len(set(per_node))              # one hit per value per call
+    assert s.records("module:blocks.0.ln1")[0].probe == "op:layer_norm | node:layer_norm* | module:blocks.0.ln1 | *"
+
+
+def test_a_checkpointed_module_is_probed_at_what_it_returns_and_inside_is_named():
+    """Issue 14 item 15: code inside torch.utils.checkpoint could not be probed and the warning
+    said 'closest candidates: nothing'."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.act = nn.Linear(4, 4), nn.GELU()
+
+        def forward(self, x):
+            return self.act(self.fc(x))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b0, self.b1 = Block(), Block()
+
+        def forward(self, x):
+            return self.b1(checkpoint(self.b0, x, use_reentrant=False))
+
+    torch.manual_seed(0)
+    net, x = Net(), torch.randn(2, 4, requires_grad=True)
+    cm = torch.compile(net, backend="superstep", options={"inner": "aot_eager", "actions": ["record"],
+                                                         "probe": ["module:b0", "in:b0.fc"]})
+    with dynstep.session() as s, pytest.warns(UserWarning, match=r"'in:b0.fc' names 1 node\(s\) inside an "
+                                              r"activation-checkpointed region .* of b0.*probe what the region "
+                                              r"returns \(module:b0\)"):
+        cm(x).sum().backward()
+    (snap,) = s.records("module:b0")
+    assert snap.module == "b0" and torch.equal(snap.tensor, net.b0(x).detach())

@@ -1,5 +1,7 @@
 """The bytecode stepper through scripted commands: what a user sees (events) at each stop, on a
-function with side effects (a dict update, a list append) and a graph break."""
+function with side effects (a dict update, a list append) and a graph break. Every test runs once
+per mechanism this torch offers (conftest.py): torch's debugger callback and stack reader, and
+Dynamo's bytecode hook with dynstep's native reader (what torch 2.11 gets)."""
 
 from __future__ import annotations
 
@@ -15,8 +17,7 @@ from dynstep.core.events import CommandFailed, Evaluated, Info, Stopped
 from dynstep import _compat
 from dynstep.step.graphs import GRAPHS
 
-pytestmark = pytest.mark.skipif(_compat.bytecode_hooks_missing() is not None,
-                                reason=str(_compat.bytecode_hooks_missing()))
+pytestmark = pytest.mark.usefixtures("mechanism")    # each test once per mechanism (conftest.py)
 
 
 def story(x, d, log):
@@ -121,6 +122,13 @@ def test_next_goes_by_line_and_part_and_steps_over_the_graph(events):
     assert not [e for e in events if isinstance(e, Stopped)]
 
 
+def test_continue_after_next_runs_to_the_end(events):
+    # regression: `n` left its frame behind, and that frame's return turned the later `c` into a step
+    out, d, log = run_story(events, "b graph; c; c; n; c")
+    assert [e.reason for e in bstops(events)] == ["entry", "break", "break", "next"]
+    assert log == ["before break", 4]
+
+
 def test_break_at_a_source_line_and_at_an_instruction(events):
     run_story(events, f"b #3; b {BREAK_LINE}; c; l; c; c")
     stops = bstops(events)
@@ -176,14 +184,17 @@ def test_code_compiled_before_the_context_is_caught_and_said_to_have_no_step_poi
     assert "no step points" in back.note
 
 
-def test_quit_raises_abort_and_hooks_are_removed(events):
-    from dynstep import _compat
+def test_quit_raises_abort_and_hooks_are_removed(events, mechanism):
+    from torch._dynamo import convert_frame
 
+    hooks_before = dict(convert_frame._bytecode_hooks)
     before = sys.gettrace()
     with pytest.raises(dynstep.Abort, match="program stopped from the debugger"):
         run_story(events, "s; q")
     assert sys.gettrace() is before
-    assert _compat.set_dynamo_code_callback(None) is None
+    assert dict(convert_frame._bytecode_hooks) == hooks_before        # Dynamo's bytecode hook removed
+    if mechanism == "callback":
+        assert _compat.set_dynamo_code_callback(None) is None        # torch's debugger callback too
 
 
 def test_bad_commands_are_clear_errors_and_do_not_stop_the_program(events):
@@ -233,3 +244,49 @@ def test_a_superstep_user_backend_keeps_the_shared_script(events):
     assert nodes and nodes[0].site.node == "sin"
     assert [e.text for e in events if isinstance(e, Evaluated)] == ["torch.Size([3])"]
     assert not any(isinstance(e, Info) and "not stopping" in e.message for e in events)
+
+
+def test_stack_is_read_by_the_mechanism_in_use_with_null_slots_shown(events, mechanism, monkeypatch):
+    from dynstep.bytecode import framestack
+
+    calls = []
+    spied = ("frame_value_stack", _compat) if mechanism == "callback" else ("read", framestack)
+    real = getattr(spied[1], spied[0])
+    monkeypatch.setattr(spied[1], spied[0], lambda frame, depth: calls.append(depth) or real(frame, depth))
+    run_story(events, "b graph; c; stack; c; c")
+    shown = [e for e in events if isinstance(e, ValuesShown)][0]
+    texts = [text for _, text in shown.entries]
+    assert calls and len(texts) == 3 and texts.count("'<NULL>'") == 1 and texts[-1] == "tensor([1., 2., 3., 4.])"
+
+
+def test_native_reader_agrees_with_the_static_depth_and_torch_at_every_instruction(events, mechanism):
+    """At every instruction of the transformed function and its resume function, the native reader reads
+    exactly the slots the code analysis says are there (3.11: the interpreter's own stack pointer caps
+    it), and where torch has its own reader, the very same objects."""
+    from dynstep.bytecode import framestack
+
+    torch_reader = _compat.bytecode_hooks_missing() is None
+    seen: list[tuple[str, int, int]] = []
+    cf = torch.compile(story, backend="eager")
+    with dynstep.step_bytecode(commands="c") as engine:
+        original = engine.on_instruction
+
+        def spy(frame, code, offset):
+            row = engine.infos[code].row_at(offset) if code in engine.infos else None
+            if row is not None and row.offset == offset and row.depth is not None:
+                native = framestack.read(frame, row.depth)
+                assert len(native) == row.depth, (row.text(), native)
+                if torch_reader:
+                    theirs = _compat.frame_value_stack(frame, row.depth)
+                    assert [_same(v) for v in native] == [_same(v) for v in theirs], row.text()
+                seen.append((engine.infos[code].kind, row.index, row.depth))
+            original(frame, code, offset)
+
+        engine.on_instruction = spy
+        cf(torch.tensor([1.0, 2.0]), {}, [])
+    assert {kind for kind, _, _ in seen} == {"transformed", "resume"} and max(d for _, _, d in seen) >= 3
+
+
+def _same(value):
+    """Identity, except that both readers' NULL slot reads "<NULL>"."""
+    return value if isinstance(value, str) and value == "<NULL>" else id(value)

@@ -1,6 +1,8 @@
 """The hooks of the bytecode stepper: on 3.11 the real settrace path; the 3.12+ sys.monitoring path
-against a recording stand-in for sys.monitoring (this image has Python 3.11), checking it never
-takes DEBUGGER_ID, enables events only on tracked code, and gives everything back."""
+against a recording stand-in for sys.monitoring under this interpreter, checking it never takes
+DEBUGGER_ID, enables events only on tracked code, and gives everything back, with either source of
+Dynamo's code objects. The real sys.monitoring runs on Python 3.12 and 3.13 interpreters are in
+test_framestack.py (tests/bytecode/interp_check.py, a subprocess per interpreter)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import pytest
 
 from dynstep import _compat
 from dynstep.bytecode import hooks as bytecode_hooks
+from dynstep.bytecode import tracing
+from dynstep.bytecode.mechanism import Mechanism, events_source
 
 
 class FakeMonitoring:
@@ -67,15 +71,34 @@ def other():
     return 2
 
 
+class Handle:
+    def __init__(self, seen):
+        self.seen = seen
+
+    def remove(self):
+        self.seen.append(None)
+
+
+def _fake_code_source(monkeypatch, kind: str) -> list:
+    """Both sources record what they are handed; None once removed (or the previous callback restored)."""
+    seen: list = []
+    if kind == "callback":
+        monkeypatch.setattr(_compat, "set_dynamo_code_callback", lambda fn: seen.append(fn))
+    else:
+        monkeypatch.setattr(_compat, "register_dynamo_bytecode_hook", lambda fn: seen.append(fn) or Handle(seen))
+        monkeypatch.setattr(_compat, "dynamo_output_codes", lambda: [])
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["callback", "hook"])
 @pytest.mark.parametrize("taken", [(), (2,)])
-def test_monitoring_path_uses_a_tool_id_other_than_the_debuggers(monkeypatch, taken):
+def test_monitoring_path_uses_a_tool_id_other_than_the_debuggers(monkeypatch, taken, kind):
     fake = FakeMonitoring(taken=(0, *taken))       # a debugger holds DEBUGGER_ID
     monkeypatch.setattr(sys, "monitoring", fake, raising=False)
-    monkeypatch.setattr(bytecode_hooks, "HAS_MONITORING", True)
+    monkeypatch.setattr(tracing, "HAS_MONITORING", True)
     engine = Engine()
-    seen = []
-    monkeypatch.setattr(_compat, "set_dynamo_code_callback", lambda fn: seen.append(fn))
-    with bytecode_hooks.installed(engine):
+    seen = _fake_code_source(monkeypatch, kind)
+    with bytecode_hooks.installed(engine, Mechanism(kind, "native", "sys.monitoring", forced=True)):
         tool = next(t for t, name in fake.tools.items() if name == "dynstep bytecode stepper")
         assert tool not in (0, *taken)
         on_code = seen[0]
@@ -86,24 +109,33 @@ def test_monitoring_path_uses_a_tool_id_other_than_the_debuggers(monkeypatch, ta
         assert engine.instructions == [(sys._getframe().f_code.co_name, 4)]
     assert fake.local[(tool, tracked.__code__)] == 0
     assert fake.freed == [tool] and fake.tools == {t: "other" for t in (0, *taken)}
-    assert seen[-1] is None                      # the previous Dynamo callback (none) is back
+    assert seen[-1] is None                      # the previous Dynamo callback (none) is back / the hook removed
 
 
 def test_monitoring_path_says_what_to_do_when_no_tool_id_is_free(monkeypatch):
     monkeypatch.setattr(sys, "monitoring", FakeMonitoring(taken=(0, 2, 3, 4, 5)), raising=False)
-    monkeypatch.setattr(bytecode_hooks, "HAS_MONITORING", True)
+    monkeypatch.setattr(tracing, "HAS_MONITORING", True)
+    seen = _fake_code_source(monkeypatch, "hook")
     with pytest.raises(RuntimeError, match="tool id other than the debugger's is taken"):
-        with bytecode_hooks.installed(Engine()):
+        with bytecode_hooks.installed(Engine(), Mechanism("hook", "native", "sys.monitoring", forced=True)):
             pass
+    assert seen == []                            # nothing was installed
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the settrace path is the Python <= 3.11 one")
-def test_settrace_path_traces_only_tracked_code_and_restores_the_trace_function():
+def test_this_pythons_real_event_path_traces_only_tracked_code_and_gives_everything_back(monkeypatch):
+    """settrace on 3.11, the real sys.monitoring on 3.12+ (no stand-in)."""
     engine = Engine()
     before = sys.gettrace()
-    with bytecode_hooks.installed(engine):
+    seen = _fake_code_source(monkeypatch, "hook")
+    with bytecode_hooks.installed(engine, Mechanism("hook", "native", events_source(), forced=True)):
+        seen[0](tracked.__code__)                # what Dynamo's bytecode hook would hand over
+        seen[0](other.__code__)
         tracked()
         other()
     assert sys.gettrace() is before
     assert engine.instructions and {name for name, _ in engine.instructions} == {"tracked"}
     assert engine.returns == ["tracked"]
+    if tracing.HAS_MONITORING:
+        mon = sys.monitoring
+        assert mon.get_tool(mon.PROFILER_ID) is None           # the tool id is given back
+        assert mon.get_local_events(mon.PROFILER_ID, tracked.__code__) == 0

@@ -71,3 +71,13 @@ def test_cli_names_a_bad_backend_argument(tmp_path):
     _files(tmp_path)
     run = _run(tmp_path, "train.py", "--backend", "nosuchmodule:X")
     assert run.returncode != 0 and "cannot import" in run.stderr
+
+
+def test_diff_of_a_script_ending_in_sys_exit_still_reports_and_exits_1(tmp_path):
+    """Issue 14 item 7: `sys.exit(main())` used to end the diff before its report (exit 0)."""
+    _files(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT.replace('print("result"', 'def main():\n    print("result"')
+                                       + "    return 0\n\nimport sys\nsys.exit(main())\n")
+    run = _run(tmp_path, "train.py", "--backend", "bad:BACKEND", "--no-ladder")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "DIVERGES" in run.stdout and "train.py:7" in run.stderr

@@ -10,19 +10,15 @@ import pytest
 
 pexpect = pytest.importorskip("pexpect")
 
+from ..conftest import spawn_dynstep  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPT = re.escape("(dynstep) ")
 
 
 def spawn(*extra: str):
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "TERM": "dumb",
-           "NO_COLOR": "1", "COLUMNS": "160", "HOME": os.environ.get("TMPDIR", "/tmp"),
-           "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/tmp/dynstep-inductor-cache")}
-    env.pop("DYNSTEP_COMMANDS", None)
-    args = ["-m", "dynstep", "run", "--inner", "eager", "--pause", "module:blocks.0.attn", *extra,
-            os.path.join(ROOT, "examples", "pause_and_step.py"), "1"]
-    return pexpect.spawn(sys.executable, args, cwd=ROOT, env=env, encoding="utf-8", timeout=120,
-                         dimensions=(50, 160))
+    return spawn_dynstep("run", "--inner", "eager", "--pause", "module:blocks.0.attn", *extra,
+                         os.path.join(ROOT, "examples", "pause_and_step.py"), "1")
 
 
 def test_repl_prompt_print_set_step_graph_continue():

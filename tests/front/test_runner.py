@@ -89,3 +89,24 @@ def test_routed_compile_keeps_backend_as_inner_and_restores_torch_compile():
     assert torch.compile is original
     (gm,) = inner_seen
     assert any(n.target is torch.ops.dynstep.probe.default for n in gm.graph.nodes)
+
+
+def test_pdb_front_end_without_a_terminal_runs_to_the_end(tmp_path):
+    """Issue 14 item 12: `--frontend pdb` with no terminal ended in a 48-frame BdbQuit traceback."""
+    (tmp_path / "s.py").write_text(SCRIPT)
+    run = dynstep("run", "--frontend", "pdb", "--pause", "op:sin", str(tmp_path / "s.py"), "5")
+    assert run.returncode == 5, run.stderr
+    assert "needs a terminal" in run.stderr and "Traceback" not in run.stderr and "BdbQuit" not in run.stderr
+
+
+def test_rebinding_value_to_a_non_tensor_in_the_debugger_is_refused_not_fatal(tmp_path):
+    """Issue 14 item 12: `value = "abc"` in pdb used to kill the program."""
+    hook = tmp_path / "hook.py"
+    hook.write_text("import sys\ndef bp():\n    sys._getframe(1).f_locals['value'] = 'abc'\n")
+    (tmp_path / "s.py").write_text(SCRIPT)
+    env_run = subprocess.run([sys.executable, "-m", "dynstep", "run", "--frontend", "pdb", "--pause", "op:sin",
+                              str(tmp_path / "s.py")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONBREAKPOINT": "hook.bp",
+                                  "PYTHONPATH": os.pathsep.join([ROOT, str(tmp_path)])}, stdin=subprocess.DEVNULL)
+    assert env_run.returncode == 0, env_run.stderr
+    assert "cannot write a str" in env_run.stderr and "out [1.0, 1.0, 1.0]" in env_run.stdout

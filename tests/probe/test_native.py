@@ -305,3 +305,20 @@ def test_stub_matches_the_extension():
     public = {n for n in dir(module) if not n.startswith("_")}
     assert public - names == set()
     assert names - public <= cuda_only
+
+
+def test_a_huge_record_option_is_bounded_by_the_record_memory_cap():
+    """Issue 14 item 11: record=5_000_000 silently preallocated 2.4 GB of ring slots."""
+    saved = rings.record_memory().cap
+    rings.set_record_memory_cap(1 << 20)
+    try:
+        with pytest.warns(RuntimeWarning, match=r"record=5000000 .* would preallocate .*keeping the last 1365 hits"):
+            s = SITES.add(kind="value", probe="huge", node="n", target="t", module="", source="t:1",
+                          source_text="", graph="g", actions=("record",), capacity=5_000_000)   # registers natively
+        for i in range(1400):
+            torch.ops.dynstep.probe(torch.full((2,), float(i)), s.id)
+        *_, held, ring_drops, _ = native_mod.get().site_state(s.id)
+        assert held == 1365 and ring_drops == 1400 - 1365
+        rings.close_site(s.id)
+    finally:
+        rings.set_record_memory_cap(saved)

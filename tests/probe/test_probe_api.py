@@ -203,3 +203,33 @@ def test_probe_hits_do_not_reach_sessions():
         p(torch.ones(2))
         assert len(p.records()) == 1
     assert len(s.records()) == 0
+
+
+def test_a_check_that_could_not_run_does_not_pass():
+    """Issue 14 item 9: a CheckAction on a complex tensor was skipped and assert_ok() passed."""
+    p = TensorProbe("c", [CheckAction()], when="always")
+    with pytest.warns(RuntimeWarning, match="complex dtype"):
+        p(torch.randn(3, dtype=torch.complex64))
+    assert not p.state().ok and "not checked" in p.state().message
+    with pytest.raises(CheckFailed, match="not checked: a complex dtype torch.complex64 is not supported"):
+        p.assert_ok()
+
+
+def test_a_nested_tensor_is_skipped_with_a_warning_not_an_error():
+    """Issue 14 item 14: TensorProbe on a nested tensor raised NotImplementedError (AutogradNestedTensor)."""
+    nt = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])
+    p = TensorProbe("n", [RecordAction()], when="always")
+    with pytest.warns(RuntimeWarning, match="nested tensor"):
+        assert p(nt) is nt
+    assert p.records() == []
+
+
+@pytest.mark.parametrize("in_dims", [0, 1])
+def test_a_probe_under_vmap_records_the_whole_batch(in_dims):
+    """Issue 14 item 14: "Batching rule not implemented for dynstep::probe" under torch.vmap."""
+    p = TensorProbe("v", [RecordAction(capacity=4)], when="always")
+    x = torch.randn(3, 4)
+    out = torch.vmap(lambda t: p(t) * 2, in_dims=in_dims)(x)
+    assert torch.equal(out, (x if in_dims == 0 else x.T) * 2)
+    (snap,) = p.records()
+    assert torch.equal(snap.tensor, x if in_dims == 0 else x.T)

@@ -1,5 +1,7 @@
 """dynstep.breakpoint(): a compile-time stop and a runtime stop from one call, without a graph break."""
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -199,3 +201,23 @@ def test_quit_at_compile_stop_aborts():
     dynstep.configure(commands="q")
     with pytest.raises(dynstep.Abort):
         torch.compile(f, backend="eager")(torch.ones(1))
+
+
+@pytest.mark.parametrize("when,words", [
+    (lambda h: h.nosuch() > 0, "raised AttributeError"),
+    (lambda h: h > 0, "returned a tensor of 3 elements"),
+    (lambda g: g.max() > 0, "asks for ['g'], which are not tensor locals there"),
+])
+def test_a_when_that_cannot_answer_warns_and_stops_instead_of_crashing(events, when, words):
+    """Issue 14 item 13: a failing when= used to end the program with a 30-frame traceback."""
+    def f(x):
+        h = x * 2
+        dynstep.breakpoint(compile=False, when=when)
+        return h + 1
+
+    dynstep.configure(commands="p h.sum().item(); c")
+    cf = torch.compile(f, backend="eager", fullgraph=True)
+    with pytest.warns(RuntimeWarning, match=r"dynstep.breakpoint\(when=...\) at test_breakpoints.py:\d+ " + re.escape(words)):
+        out = cf(torch.ones(3))
+    assert torch.equal(out, torch.full((3,), 3.0))
+    assert len([e for e in events if isinstance(e, Stopped)]) == 1

@@ -1,0 +1,22 @@
+"""Remote control: a Debug Adapter Protocol server inside the debugged process.
+
+VS Code (or any DAP client, or `dynstep attach HOST:PORT`) attaches to it and pauses, steps, logs
+and injects inside compiled graphs through the runtime stepper:
+
+    dynstep run --dap 5679 --wait train.py        # or DYNSTEP_DAP=5679, or dynstep.serve_dap(5679)
+
+    protocol     Content-Length framing, JSON, one writer thread per client
+    server       connections, dispatch, holding a stopped program thread
+    requests     the session requests (initialize, attach, breakpoints, threads, pause, source, ...)
+    breakpoints  source and function breakpoints as selectors; conditions, hit counts, logpoints
+    stopview     a runtime stop as frames, scopes and variables; evaluate; inject (setVariable)
+    compileview  dynstep.breakpoint()'s compile-time stop
+    bytecodeview a stop in Dynamo's bytecode (--step-bytecode): instruction listing, disassemble
+    variables    values as DAP variables (tensors: shape, dtype, device, stats, paged rows)
+    sources      virtual sources: graph listings, the graph so far, guards
+    adapter      the stepper's front end for a client (`DapFrontend`), the output-event sink
+    client       a small DAP client (`dynstep attach`, tests)
+    api          serve_dap(), DYNSTEP_DAP
+
+Engine only: no rich, no front-end import; it reaches the stepper through `dynstep.core.wiring`.
+"""

@@ -1,0 +1,190 @@
+"""The Debug Adapter Protocol's wire format: Content-Length framing, JSON bodies, one writer per client.
+
+A DAP message is ``Content-Length: N\\r\\n\\r\\n`` followed by N bytes of UTF-8 JSON. The reader
+trusts nothing: headers are at most 8 KiB of ASCII, the length is digits only and at most 16 MiB,
+duplicate lengths must agree, and once a frame has started the rest must arrive within
+`FRAME_TIMEOUT_S` (a client stalling mid-frame is dropped, it never holds the program).
+Anything else is a `ProtocolError` and the connection is closed.
+
+    reader = FrameReader(sock); body = reader.read()          # bytes, or None at a clean EOF
+    conn = Connection(sock); conn.send({"type": "event", "event": "initialized"})
+
+`Connection.send` assigns `seq` and encodes under one lock (seq order is byte order), then queues
+the bytes for the connection's writer thread: the program thread never blocks on a slow client,
+and a client that stops reading for `OUT_QUEUE_MAX` messages is dropped. JSON is written with
+``allow_nan=False`` (JavaScript's JSON.parse rejects NaN) and ``ensure_ascii=True``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+MAX_HEADER_BYTES = 8 * 1024
+MAX_BODY_BYTES = 16 * 1024 * 1024
+FRAME_TIMEOUT_S = 10.0
+OUT_QUEUE_MAX = 10_000
+
+
+#: a request handler that sent its own response returns this instead of a body
+ANSWERED = object()
+
+
+class ProtocolError(Exception):
+    """The byte stream cannot be trusted any more: the connection is closed."""
+
+
+class DapError(Exception):
+    """A request failed: its response has ``success: false`` and this message."""
+
+
+def parse_content_length(header: bytes) -> int:
+    try:
+        text = header.decode("ascii")
+    except UnicodeDecodeError:
+        raise ProtocolError("header is not ASCII") from None
+    length = None
+    for line in text.split("\r\n"):
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise ProtocolError(f"malformed header line {line[:80]!r}")
+        if name.strip().lower() != "content-length":
+            continue
+        value = value.strip()
+        if not (value.isascii() and value.isdigit()) or len(value) > 12:
+            raise ProtocolError(f"bad Content-Length {value[:40]!r}")
+        if length is not None and int(value) != length:
+            raise ProtocolError("conflicting Content-Length headers")
+        length = int(value)
+    if length is None:
+        raise ProtocolError("no Content-Length header")
+    if length > MAX_BODY_BYTES:
+        raise ProtocolError(f"Content-Length {length} is over the limit of {MAX_BODY_BYTES} bytes")
+    return length
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    body = json.dumps(msg, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+class FrameReader:
+    """Reads whole frames from a socket with its own buffer (two frames in one packet, one frame in many)."""
+
+    def __init__(self, sock: socket.socket, frame_timeout: float = FRAME_TIMEOUT_S) -> None:
+        self.sock, self.frame_timeout, self.buf = sock, frame_timeout, bytearray()
+
+    def _more(self, deadline: float | None) -> bytes:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                raise ProtocolError("frame not completed in time")
+        return self.sock.recv(65536)
+
+    def read(self) -> bytes | None:
+        """The next message body; None on a clean end of stream between frames."""
+        deadline = time.monotonic() + self.frame_timeout if self.buf else None
+        while (end := self.buf.find(b"\r\n\r\n")) < 0:
+            if len(self.buf) > MAX_HEADER_BYTES:
+                raise ProtocolError("header too long")
+            chunk = self._more(deadline)
+            if not chunk:
+                if self.buf:
+                    raise ProtocolError("connection closed inside a header")
+                return None
+            self.buf += chunk
+            deadline = deadline or time.monotonic() + self.frame_timeout
+        if end > MAX_HEADER_BYTES:
+            raise ProtocolError("header too long")
+        length = parse_content_length(bytes(self.buf[:end]))
+        del self.buf[:end + 4]
+        deadline = deadline or time.monotonic() + self.frame_timeout
+        while len(self.buf) < length:
+            chunk = self._more(deadline)
+            if not chunk:
+                raise ProtocolError("connection closed inside a body")
+            self.buf += chunk
+        body = bytes(self.buf[:length])
+        del self.buf[:length]
+        return body
+
+
+def mark_service_thread(thread: threading.Thread) -> threading.Thread:
+    """debugpy/pydevd neither trace nor suspend this thread and leave it out of their thread list
+    (otherwise a debugpy pause would freeze dynstep's server too); dynstep's own thread list skips it."""
+    thread.pydev_do_not_trace = True          # type: ignore[attr-defined]
+    thread.is_pydev_daemon_thread = True      # type: ignore[attr-defined]
+    thread.dynstep_service = True             # type: ignore[attr-defined]
+    return thread
+
+
+def start_thread(target: Any, name: str, *args: Any) -> threading.Thread:
+    thread = mark_service_thread(threading.Thread(target=target, args=args, name=name, daemon=True))
+    thread.start()
+    return thread
+
+
+class Connection:
+    """One client: a frame reader, and a writer thread fed by a bounded queue."""
+
+    def __init__(self, sock: socket.socket, frame_timeout: float = FRAME_TIMEOUT_S) -> None:
+        self.sock = sock
+        self.reader = FrameReader(sock, frame_timeout)
+        self.out: queue.Queue[bytes | None] = queue.Queue(OUT_QUEUE_MAX)
+        self.seq = itertools.count(1)
+        self.lock = threading.Lock()
+        self.closed = threading.Event()
+        self.writer = start_thread(self._write_loop, "dynstep-dap-writer")
+
+    def send(self, msg: dict[str, Any]) -> None:
+        """Queue one message (seq assigned here); raises ValueError/TypeError if it cannot be encoded."""
+        with self.lock:
+            if self.closed.is_set():
+                return
+            data = encode({**msg, "seq": next(self.seq)})
+            try:
+                self.out.put_nowait(data)
+            except queue.Full:
+                self._close_locked()
+
+    def _write_loop(self) -> None:
+        while (data := self.out.get()) is not None:
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                break
+        self.close()
+
+    def flush_and_close(self, timeout: float = 2.0) -> None:
+        """After the last message: let the writer send what is queued, then close."""
+        if threading.current_thread() is not self.writer:
+            try:
+                self.out.put(None, timeout=timeout)
+            except queue.Full:
+                pass
+            self.writer.join(timeout)
+        self.close()
+
+    def close(self) -> None:
+        with self.lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)   # wakes a writer in sendall and a reader in recv
+        except OSError:
+            pass
+        self.sock.close()
+        try:
+            self.out.put_nowait(None)
+        except queue.Full:
+            pass

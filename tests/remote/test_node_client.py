@@ -1,0 +1,27 @@
+"""The DAP session again, driven by Microsoft's DebugClient (npm @vscode/debugadapter-testsupport) from a
+small Node test (tests/dap_node/). Skips when node, npm or the installed test client are missing
+(.ci/run installs it with `npm ci` where npm exists)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from .dap import ROOT, env
+
+NODE_DIR = ROOT / "tests" / "dap_node"
+
+
+def test_microsofts_debug_client_runs_the_whole_session():
+    node = shutil.which("node")
+    if node is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are not installed")
+    if not (NODE_DIR / "node_modules" / "@vscode" / "debugadapter-testsupport").is_dir():
+        pytest.skip("the Node test client is not installed: cd tests/dap_node && npm ci")
+    proc = subprocess.run([node, "--test", "--test-timeout=300000", "test/"], cwd=str(NODE_DIR),
+                          env={**env(), "PYTHON": sys.executable}, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert "# pass 1" in proc.stdout and "# fail 0" in proc.stdout

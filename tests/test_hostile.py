@@ -1,0 +1,278 @@
+"""A table of bad inputs a new or a hostile user gives dynstep (issue 14), each with the error it must
+get — what was wrong, what was expected — and the user's program and files left intact.
+
+Kinds: superstep options (through torch.compile and dynstep.superstep), selectors, DYNSTEP_*
+variables, session arguments, TensorProbe arguments, commands at a stop, recordings, CLI calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dynstep
+from dynstep.core.errors import OptionsError, SelectorError, StorageError
+from dynstep.core.events import CommandFailed, Info, use_sink
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def model_fn(x):
+    y = torch.relu(x) * 2
+    return torch.tanh(y) + 1
+
+
+# -- superstep options: (options, error type, words the message must have) --------------------------
+BAD_OPTIONS = [
+    ({"probe": ["zzz:"]}, SelectorError, "malformed selector 'zzz:'"),
+    ({"probe": ["op"]}, SelectorError, "malformed selector 'op'"),
+    ({"probe": ["op:"]}, SelectorError, "malformed selector 'op:'"),
+    ({"probe": ["line:model.py"]}, SelectorError, "expected line:<file>:<line>"),
+    ({"probe": ["line:model.py:abc"]}, SelectorError, "expected line:<file>:<line>"),
+    ({"probe": ["line::12"]}, SelectorError, "expected line:<file>:<line>"),
+    ({"probe": ["modules:blocks"]}, SelectorError, "malformed selector"),
+    ({"probe": [" "]}, SelectorError, "malformed selector"),
+    ({"pause": ["nodes:x"]}, SelectorError, "option 'pause'"),
+    ({"probe": 3}, OptionsError, "must be a string or a list of strings"),
+    ({"probe": [3]}, OptionsError, "must be a string or a list of strings"),
+    ({"probe": None}, OptionsError, "must be a string or a list of strings"),
+    ({"pause": {"a": 1}}, OptionsError, "must be a string or a list of strings"),
+    ({"actions": ["summery"]}, OptionsError, "unknown action(s) ['summery']"),
+    ({"actions": "recrod"}, OptionsError, "unknown action(s) ['recrod']"),
+    ({"actions": [1]}, OptionsError, "must be a string or a list of strings"),
+    ({"record": 0}, OptionsError, "'record' must be a positive integer"),
+    ({"record": -5}, OptionsError, "'record' must be a positive integer"),
+    ({"record": "lots"}, OptionsError, "'record' must be a positive integer, got 'lots'"),
+    ({"record": 2.5}, OptionsError, "'record' must be a positive integer"),
+    ({"record": True}, OptionsError, "'record' must be a positive integer"),
+    ({"record": 10 ** 12}, OptionsError, "ring slots per probe"),
+    ({"grads": "yes"}, OptionsError, "'grads' must be True or False"),
+    ({"diff": 1}, OptionsError, "'diff' must be True or False"),
+    ({"step": "no"}, OptionsError, "'step' must be True or False"),
+    ({"nan": "explode"}, OptionsError, "'nan' must be one of ['raise', 'stop', 'warn']"),
+    ({"nan": 1}, OptionsError, "'nan' must be one of"),
+    ({"frontend": "gdb"}, OptionsError, "'frontend' must be one of ['repl', 'script', 'pdb']"),
+    ({"commands": ["p value"]}, OptionsError, "'commands' must be a string"),
+    ({"inner": "superstep", "probe": ["*"]}, OptionsError, "superstep would compile each graph with itself"),
+    ({"inner": 42}, OptionsError, "'inner' must be a backend name or a callable"),
+    ({"probes": ["op:relu"]}, OptionsError, "unknown superstep option(s) ['probes']"),
+    ({"selectors": ["op:relu"], "actoins": []}, OptionsError, "unknown superstep option(s) ['actoins', 'selectors']"),
+]
+
+
+@pytest.mark.parametrize("options,kind,words", BAD_OPTIONS, ids=[str(o) for o, _, _ in BAD_OPTIONS])
+def test_bad_options_through_torch_compile(options, kind, words):
+    x = torch.randn(3)
+    with pytest.raises(kind) as info:
+        torch.compile(model_fn, backend="superstep", options=options)(x)
+    assert words in str(info.value) and isinstance(info.value, ValueError)
+    assert "TORCHDYNAMO_VERBOSE" not in str(info.value)
+    assert torch.equal(model_fn(x), torch.tanh(torch.relu(x) * 2) + 1)   # the program still runs
+
+
+@pytest.mark.parametrize("options,kind,words", BAD_OPTIONS, ids=[str(o) for o, _, _ in BAD_OPTIONS])
+def test_bad_options_when_the_backend_is_made(options, kind, words):
+    with pytest.raises(kind, match=None) as info:
+        dynstep.superstep(**options)
+    assert words in str(info.value)
+
+
+# -- environment variables ----------------------------------------------------------------------------
+BAD_ENV = [
+    ("DYNSTEP_PROBE", "zzz:", SelectorError, "malformed selector 'zzz:'"),
+    ("DYNSTEP_PAUSE", "op", SelectorError, "option 'pause'"),
+    ("DYNSTEP_ACTIONS", "summary,bogus", OptionsError, "unknown action(s) ['bogus']"),
+    ("DYNSTEP_RECORD", "many", OptionsError, "'record' must be a positive integer, got 'many'"),
+    ("DYNSTEP_RECORD", "0", OptionsError, "'record' must be a positive integer"),
+    ("DYNSTEP_GRADS", "maybe", OptionsError, "DYNSTEP_GRADS='maybe'"),
+    ("DYNSTEP_DIFF", "2", OptionsError, "DYNSTEP_DIFF='2'"),
+    ("DYNSTEP_STEP", "si", OptionsError, "DYNSTEP_STEP='si'"),
+    ("DYNSTEP_DISABLE", "please", OptionsError, "DYNSTEP_DISABLE='please'"),
+    ("DYNSTEP_NAN", "boom", OptionsError, "'nan' must be one of"),
+    ("DYNSTEP_FRONTEND", "vim", OptionsError, "'frontend' must be one of"),
+    ("DYNSTEP_INNER", "superstep", OptionsError, "superstep would compile each graph with itself"),
+]
+
+
+@pytest.mark.parametrize("name,value,kind,words", BAD_ENV, ids=[f"{n}={v}" for n, v, _, _ in BAD_ENV])
+def test_bad_environment_options(name, value, kind, words):
+    from dynstep.backends.superstep import checked
+    from dynstep.core.options import Options
+
+    with pytest.raises(kind) as info:
+        checked(Options.from_mapping({}, environ={name: value}))
+    assert words in str(info.value)
+
+
+BAD_SWITCHES = [("DYNSTEP_RECORD_MEMORY", "lots", "expected a number of bytes"),
+                ("DYNSTEP_RECORD_MEMORY", "-1", "expected a number of bytes"),
+                ("DYNSTEP_RECORD_MEMORY", "12X", "expected a number of bytes"),
+                ("DYNSTEP_NATIVE", "sometimes", "DYNSTEP_NATIVE='sometimes'"),
+                ("DYNSTEP_PROBES", "maybe", "DYNSTEP_PROBES='maybe'"),
+                ("DYNSTEP_FAST_PROBE", "fast", "DYNSTEP_FAST_PROBE='fast'"),
+                ("DYNSTEP_BREAKPOINTS", "x", "DYNSTEP_BREAKPOINTS='x'")]
+
+
+@pytest.mark.parametrize("name,value,words", BAD_SWITCHES, ids=[f"{n}={v}" for n, v, _ in BAD_SWITCHES])
+def test_bad_switches(name, value, words):
+    from dynstep.core.options import check_environment
+
+    with pytest.raises(OptionsError, match=None) as info:
+        check_environment({name: value})
+    assert words in str(info.value)
+
+
+def test_good_switch_spellings_pass():
+    from dynstep.core.options import byte_count, check_environment
+
+    check_environment({"DYNSTEP_NATIVE": "Off", "DYNSTEP_PROBES": " 1 ", "DYNSTEP_RECORD_MEMORY": "512M"})
+    assert byte_count("X", "2G") == 2 << 30 and byte_count("X", "64kb") == 64 << 10 and byte_count("X", "7") == 7
+
+
+# -- sessions and hand-placed probes --------------------------------------------------------------------
+BAD_CALLS = [
+    (lambda: dynstep.session(summaries=-1), OptionsError, "summaries=-1"),
+    (lambda: dynstep.session(summaries="x"), OptionsError, "expected a positive integer"),
+    (lambda: dynstep.session(all_threads="yes"), OptionsError, "all_threads='yes'"),
+    (lambda: dynstep.session(path="/proc/version"), StorageError, "not a directory"),
+    (lambda: dynstep.TensorProbe("p", [dynstep.RecordAction(capacity=0)]), ValueError, "expected >= 1"),
+    (lambda: dynstep.TensorProbe("p", [dynstep.PrintAction(every=0)]), ValueError, "expected >= 1"),
+    (lambda: dynstep.TensorProbe("p", ["record"]), TypeError, "is not an action"),
+    (lambda: dynstep.TensorProbe("p", [dynstep.RecordAction(), dynstep.RecordAction()]), ValueError, "two RecordActions"),
+    (lambda: dynstep.TensorProbe("p", when="sometimes"), ValueError, "expected 'capture' or 'always'"),
+    (lambda: dynstep.TensorProbe("p", non_contiguous="fix"), ValueError, "expected 'error' or 'copy'"),
+    (lambda: dynstep.TensorProbe("p", [dynstep.RecordAction()], when="always").watch_grad(torch.ones(2)),
+     ValueError, "does not require grad"),
+    (lambda: dynstep.load("/nonexistent/run.dynstep"), StorageError, "no manifest.json"),
+    (lambda: dynstep.set_record_memory_cap(-1), ValueError, "must be >= 0"),
+]
+
+
+@pytest.mark.parametrize("call,kind,words", BAD_CALLS, ids=[w for _, _, w in BAD_CALLS])
+def test_bad_library_calls(call, kind, words):
+    with pytest.raises(kind) as info:
+        call()
+    assert words in str(info.value)
+
+
+# -- commands at a stop: each fails clearly, the program's result is unchanged ---------------------------
+BAD_COMMANDS = [
+    ("frobnicate", "unknown command 'frobnicate'"),
+    ("p", "an expression is needed"),
+    ("p undefined_name", "NameError"),
+    ("p value.nosuch", "AttributeError"),
+    ("p 1/0", "ZeroDivisionError"),
+    ("p (", "SyntaxError"),
+    ("p 'a;b'", None),                                  # one command: the ; is inside a string
+    ("set value", "usage: set NAME = EXPR"),
+    ("set = 3", "usage: set NAME = EXPR"),
+    ("set 1x = 3", "usage: set NAME = EXPR"),
+    ("set value = 'abc'", "cannot write a str into"),
+    ("set value = torch.ones(7, 7)", "cannot write a value of shape [7, 7]"),
+    ("set value = torch.ones(3, dtype=torch.complex64)", "cannot write"),
+    ("set value = None", "cannot write a NoneType"),
+    ("set value = [1, 'a', 3]", "cannot write list"),
+    ("set x = x * 0", "input of the compiled graph"),
+    ("b zzz:", "malformed selector"),
+    ("cl nosuch", "no breakpoint or pause selector 'nosuch'"),
+    ("g extra words", None),
+    ("watch 1/0", None),
+]
+
+
+@pytest.fixture(scope="module")
+def stop_transcript():
+    def f(x):
+        y = torch.relu(x) * 2
+        return torch.tanh(y) + 1
+
+    script = "; ".join(c for c, _ in BAD_COMMANDS) + "; c"
+    cf = torch.compile(f, backend="superstep",
+                       options={"inner": "eager", "pause": ["op:relu"], "commands": script})
+    x = torch.randn(3)
+    events: list[object] = []
+    with use_sink(events.append):
+        out = cf(x)
+    return out, f(x), events
+
+
+@pytest.mark.parametrize("command,words", BAD_COMMANDS, ids=[c for c, _ in BAD_COMMANDS])
+def test_bad_commands_at_a_stop(stop_transcript, command, words):
+    out, expected, events = stop_transcript
+    assert torch.equal(out, expected)
+    failed = {e.command: e.message for e in events if isinstance(e, CommandFailed)}
+    if words is None:
+        assert command not in failed
+    else:
+        assert words in failed[command], failed.get(command)
+
+
+def test_the_script_did_not_detach(stop_transcript):
+    _, _, events = stop_transcript
+    assert not any(isinstance(e, Info) and "ran out" in e.message for e in events[:-1])
+
+
+# -- recordings -----------------------------------------------------------------------------------------
+BAD_LINES = [
+    ({"kind": None}, "field 'kind'"), ({"probe": 1}, "field 'probe' must be str"), ({"node": None}, "field 'node'"),
+    ({"target": []}, "field 'target'"), ({"module": 0}, "field 'module'"), ({"source": {}}, "field 'source'"),
+    ({"graph": 1.5}, "field 'graph'"), ({"call": -1}, "field 'call' must be >= 0"), ({"call": 1.0}, "field 'call'"),
+    ({"shape": [2.5]}, "field 'shape'"), ({"shape": [True]}, "field 'shape'"), ({"dtype": None}, "field 'dtype'"),
+    ({"device": 0}, "field 'device'"), ({"site": "1"}, "field 'site'"), ({"seq": None}, "field 'seq'"),
+    ({"source_text": 5}, "field 'source_text'"), ({"stats": []}, "field 'stats'"),
+    ({"stats": {"nan": -3}}, "stats 'nan' must be a non-negative integer"),
+    ({"stats": {"count": 1.5}}, "stats 'count' must be a non-negative integer"),
+    ({"stats": {"mean": "high"}}, "a stats value must be a number"),
+    ({"tensor": {"chunk": 3, "key": "t0"}}, "field 'tensor' must be null or"),
+    ({"tensor": []}, "field 'tensor' must be null or"),
+]
+
+
+@pytest.mark.parametrize("change,words", BAD_LINES, ids=[str(c) for c, _ in BAD_LINES])
+def test_bad_recording_lines(tmp_path, change, words):
+    path = _save_three(tmp_path)
+    lines = [json.loads(line) for line in (path / "records.jsonl").read_text().splitlines()]
+    lines[1].update(change)
+    (path / "records.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    with pytest.warns(RuntimeWarning, match="1 problem"):
+        rec = dynstep.load(path)
+    assert [r.call for r in rec.records()] == [0, 2] and words in rec.problems[0]
+    assert sorted(p.name for p in path.iterdir()) == ["chunk-0-000001.safetensors", "manifest.json", "records.jsonl"]
+
+
+def _save_three(tmp_path):
+    from dynstep.core.records import Snapshot, Stats
+    from dynstep.probe.storage import save
+
+    snaps = [Snapshot(kind="value", probe="op:x", node="n", target="t", module="m", source="a.py:1", graph="g",
+                      call=i, shape=(2,), dtype="float32", device="cpu", stats=Stats(0.0, 1.0, 0.5, 0.1, 1.0, 0, 0, 2),
+                      tensor=torch.full((2,), float(i)), site=1, seq=i) for i in range(3)]
+    return save(snaps, tmp_path / "r.dynstep")
+
+
+# -- the command line: one line, exit 2, nothing run ---------------------------------------------------------
+BAD_CLI = [
+    (["run", "--pause", "zzz:", "examples/pause_and_step.py"], {}, "malformed selector 'zzz:'"),
+    (["run", "--probe", "op", "examples/pause_and_step.py"], {}, "malformed selector 'op'"),
+    (["run", "no_such_script.py"], {}, "no such script 'no_such_script.py'"),
+    (["run"], {}, "give a script"),
+    (["run", "examples/pause_and_step.py"], {"DYNSTEP_RECORD_MEMORY": "lots"}, "DYNSTEP_RECORD_MEMORY='lots'"),
+    (["run", "examples/pause_and_step.py"], {"DYNSTEP_PROBES": "maybe"}, "DYNSTEP_PROBES='maybe'"),
+    (["diff", "examples/find_the_bug.py", "--backend", "no_such_module:backend"], {}, "cannot import 'backend'"),
+    (["diff", "examples/find_the_bug.py", "--backend", "os:no_such_attr"], {}, "cannot import 'no_such_attr'"),
+    (["run", "--inner", "superstep", "examples/pause_and_step.py"], {}, "superstep would compile"),
+    (["diff", "no_such_script.py"], {}, "no such script"),
+]
+
+
+@pytest.mark.parametrize("argv,env,words", BAD_CLI, ids=[" ".join(a) + str(e) for a, e, _ in BAD_CLI])
+def test_bad_cli_calls(argv, env, words):
+    run = subprocess.run([sys.executable, "-m", "dynstep", *argv], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, **env}, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert words in run.stderr and run.stderr.count("\n") <= 2 and "Traceback" not in run.stderr
