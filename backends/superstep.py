@@ -30,6 +30,8 @@ from dynstep.core.options import Options
 from dynstep.graph import info as gi
 from dynstep.graph import selectors as sel
 from dynstep.probe import switch
+from dynstep.report import plans
+from dynstep.report.compile_log import COMPILE_LOG
 
 from . import inner as inner_mod
 from . import pause_pass, probe_pass
@@ -68,12 +70,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
 
         serve_from_env()
     if opts.diff:
-        # diff the graph as Dynamo gave it (before any probe), then run it as the other options say
-        from dynstep.eagerdiff.api import superstep_diff
-
-        reference = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
-        compiled = compile_graph(gm, example_inputs, dataclasses.replace(opts, diff=False))
-        return superstep_diff(reference, example_inputs, opts.inner, opts.mode, compiled=compiled)
+        return _with_diff(gm, example_inputs, opts)
     if (opts.probe or opts.nan) and not switch.specialize():
         # dynstep.probes.disable(): this variant has no probe at all (a guard recompiles on a flip)
         opts = dataclasses.replace(opts, probe=(), nan=None)
@@ -97,6 +94,15 @@ def _kernel_provenance(opts: Options) -> contextlib.AbstractContextManager[None]
 
 def _compile_instrumented(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
     graph_id = gi.graph_id(gm, _compat.current_compile_id())
+    COMPILE_LOG.set_handle(graph_id, _compat.trace_handle())   # where its run-time artifacts go
+    mark = plans.sites_so_far()
+    compiled = _instrumented(gm, example_inputs, opts, graph_id)
+    _publish_plan(gm, graph_id, opts, mark)
+    return compiled
+
+
+def _instrumented(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options,
+                  graph_id: str) -> Callable[..., Any]:
     if pause_pass.wants_pauses(opts) or opts.nan == "stop":
         pause_pass.configure_stepper(opts)
     if pause_pass.wants_pauses(opts):
@@ -104,6 +110,30 @@ def _compile_instrumented(gm: torch.fx.GraphModule, example_inputs: Sequence[Any
         if compiled is not None:
             return compiled
     return _with_probes(gm, example_inputs, opts, graph_id)
+
+
+def _with_diff(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
+    """Diff the graph as Dynamo gave it (before any probe), then run it as the other options say;
+    the diff's report goes into the structured trace under this compile (tlparse shows it)."""
+    from dynstep.eagerdiff.api import superstep_diff
+
+    handle = _compat.trace_handle()
+    reference = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    compiled = compile_graph(gm, example_inputs, dataclasses.replace(opts, diff=False))
+    return superstep_diff(reference, example_inputs, opts.inner, opts.mode, compiled=compiled,
+                          on_report=lambda report: _compat.trace_artifact(
+                              "dynstep_diff", report.to_dict, encoding="json", handle=handle))
+
+
+def _publish_plan(gm: torch.fx.GraphModule, graph_id: str, opts: Options, mark: int) -> None:
+    """What was placed where: into the compile log (recordings, reports) and the structured trace."""
+    plan = plans.plan_of(gm, graph_id, _compat.current_compile_id(), opts, after=mark)
+    if not any(row.sites for row in plan.rows):
+        return
+    COMPILE_LOG.add(plan)
+    _compat.trace_artifact("dynstep_plan", lambda: plans.plan_json(plan), encoding="json")
+    _compat.trace_artifact("dynstep_instrumented_graph", lambda: gm.print_readable(print_output=False))
+    _compat.trace_artifact("dynstep_source_map", lambda: plans.source_map(plan), encoding="json")
 
 
 def _plain(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
@@ -138,7 +168,6 @@ def _with_probes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: 
     if not hooked:
         probe_pass.warn_aten_without_aot(plan, opts.inner_name)
     sites = probe_pass.insert_probes(gm, plan, aten_level=False)
-    _compat.trace_artifact("dynstep_probed_graph", lambda: gm.print_readable(print_output=False))
     if opts.inner == "eager":
         return probe_pass.direct_probe_calls(gm).forward
     if not hooked:

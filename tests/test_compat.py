@@ -109,6 +109,37 @@ def test_inductor_and_guard_hooks_the_probe_fast_path_and_switch_use():
     assert _compat.guard_module_constant("dynstep.probe.switch", "ENABLED") is False  # outside a compile
 
 
+def test_structured_trace_features_reports_rely_on(tmp_path):
+    """dynstep/_compat/trace.py: the trace logger's records, the trace id at compile time, run-time filing."""
+    import logging
+
+    from torch._logging._internal import LazyTraceHandler, TorchLogsFormatter, trace_log
+
+    assert trace_log is logging.getLogger(_compat.TRACE_LOGGER)
+    seen, handles = [], []
+
+    def backend(gm, example_inputs):
+        handles.append(_compat.trace_handle())
+        return gm
+
+    handler = LazyTraceHandler(str(tmp_path))
+    handler.setFormatter(TorchLogsFormatter(trace=True))
+    trace_log.addHandler(handler)
+    try:
+        with _compat.listening(seen.append):
+            assert _compat.file_tracing()
+            torch.compile(lambda x: x.cos(), backend=backend)(torch.ones(2))
+            _compat.trace_artifact("dynstep_probe_test", lambda: {"ok": 1}, encoding="json", handle=handles[0])
+    finally:
+        trace_log.removeHandler(handler)
+        handler.close()
+    assert not _compat.file_tracing()
+    start = next(r for r in seen if r.kind == "dynamo_start")
+    assert start.compile_id.endswith("/0") and start.stack[-1][0] == __file__
+    mine = next(r for r in seen if r.name == "dynstep_probe_test")   # at run time, filed under that compile
+    assert mine.compile_id == start.compile_id and '"ok": 1' in mine.payload
+
+
 def test_what_mixed_mode_debugging_reads():
     """dynstep/_compat/native.py on the installed torch; tests/mixed checks the behaviour."""
     import torch._inductor.config as inductor_config

@@ -24,14 +24,6 @@ def lookup_backend(name: str) -> Callable[..., Any]:
     return _lookup(name)
 
 
-def trace_artifact(name: str, payload: Callable[[], str]) -> None:
-    # torch/_logging/_internal.py: trace_structured("artifact") lands in TORCH_TRACE / tlparse.
-    from torch._logging import trace_structured
-
-    trace_structured("artifact", metadata_fn=lambda: {"name": name, "encoding": "string"},
-                     payload_fn=payload)
-
-
 def comptime() -> Callable[..., None]:
     # torch/_dynamo/comptime.py: comptime(fn) runs fn(ComptimeContext) while Dynamo traces; the
     # caller must call it from its own frame (the context's translator is the calling frame).

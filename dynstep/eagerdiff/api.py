@@ -124,10 +124,12 @@ SUPERSTEP = _SuperstepDiffs()
 
 
 def superstep_diff(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], inner: Any,
-                   mode: str | None, *, compiled: Callable[..., Any]) -> Callable[..., Any]:
+                   mode: str | None, *, compiled: Callable[..., Any],
+                   on_report: Callable[[DiffReport], None] | None = None) -> Callable[..., Any]:
     """superstep's `diff` option: diff the first call of the graph, then run `compiled` (what
-    superstep built from its other options). Results: `dynstep.eagerdiff.superstep_report()`;
-    a divergence is also raised as a warning, so it is seen inside a larger run."""
+    superstep built from its other options). Results: `dynstep.eagerdiff.superstep_report()`
+    (and `on_report(report)`); a divergence is also raised as a warning, so it is seen inside a
+    larger run."""
     collector = Collector(config(inner, mode=mode))
     SUPERSTEP.collectors.append(collector)
     first = collector.backend(gm, example_inputs)
@@ -138,6 +140,8 @@ def superstep_diff(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], inne
             state["diffed"] = True
             first(*inputs)
             report = collector.report()
+            if on_report is not None:
+                on_report(report)
             if not report.ok:
                 warnings.warn(report.summary(), RuntimeWarning, stacklevel=2)
         return compiled(*inputs)

@@ -2,7 +2,7 @@
 rich; the engine reaches it only through `dynstep.core.wiring` (filled by `wiring.install`, the
 composition root) and typed events.
 
-    cli           the `dynstep` command (demo, doctor, run, diff)
+    cli           the `dynstep` command (demo, doctor, run, diff, report)
     runner        `dynstep run`: a script with every torch.compile routed through superstep
     doctor, demo  `dynstep doctor`, `dynstep demo` (and the demo's TinyGPT)
     console       probe prints, warnings, snapshot tables
@@ -11,5 +11,8 @@ composition root) and typed events.
     frontends     scripted commands, the pdb front end, and the factory that picks one
     diff_show     the diff's rich table and progress bar
     diff_html     the diff's self-contained HTML page
+    report_cli    `dynstep report`: the verb; report_html, report_charts, report_assets: its page;
+                  report_show: its terminal summary and `dynstep run`'s graph breaks; report_text: shared text
+    pytest_plugin `pytest --dynstep-compare=BACKEND` (entry point pytest11; imports no torch when loaded)
     wiring        the composition root
 """

@@ -51,8 +51,15 @@ def is_launcher(target: str, module: bool) -> bool:
     return target in LAUNCHERS if module else os.path.basename(target) == "torchrun"
 
 
+def worker_flags(args: argparse.Namespace) -> list[str]:
+    """`dynstep run` flags that are no superstep option, for each worker's own `dynstep run`
+    (--record PATH: each rank records into PATH/rank<N>)."""
+    flags = ["--record", os.path.abspath(args.record)] if getattr(args, "record", None) else []
+    return flags + (["--explain"] if getattr(args, "explain", False) else [])
+
+
 def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any],
-           dap: Mapping[str, Any] | None = None) -> int:
+           dap: Mapping[str, Any] | None = None, flags: Sequence[str] = ()) -> int:
     """Run torchrun here, its workers through `dynstep run`, the options in their environment
     (with --dap PORT each worker serves the Debug Adapter Protocol on PORT + its local rank)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -73,7 +80,7 @@ def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any]
         return 2
     worker = ["-m", args.training_script] if args.module else [args.training_script]
     args.module, args.training_script = True, "dynstep"
-    args.training_script_args = ["run", *worker, *args.training_script_args]
+    args.training_script_args = ["run", *flags, *worker, *args.training_script_args]
     os.environ.update(environment(overrides, os.environ))
     if dap is not None:
         os.environ["DYNSTEP_DAP"] = str(dap["address"])
@@ -98,8 +105,9 @@ def environment(overrides: Mapping[str, Any], env: Mapping[str, str]) -> dict[st
     for name in _VALUES:
         if overrides.get(name) is not None:
             out[f"DYNSTEP_{name.upper()}"] = str(overrides[name])
-    if overrides.get("step"):
-        out["DYNSTEP_STEP"] = "1"
+    for flag in ("step", "grads"):
+        if overrides.get(flag):
+            out[f"DYNSTEP_{flag.upper()}"] = "1"
     if overrides.get("ranks") is not None:
         out["DYNSTEP_RANKS"] = str(overrides["ranks"])
     return out

@@ -7,6 +7,11 @@ The script's own backend and mode become superstep's `inner` and `mode` (unless 
 overrides them); the script's stdout, argv, `__name__ == "__main__"` and exit code are its own.
 `torch.compile` is patched only inside `routed_compile()` and restored in `finally`.
 
+Graph breaks and recompiles are collected for the whole run (`dynstep.report.compile_log`) and
+shown on stderr at the end, each once with its count and user line; with ``explain=True`` each is
+shown as it happens instead. ``record=PATH`` streams every probe hit and compile event to a
+recording (`dynstep report PATH` then draws it).
+
     with routed_compile({"pause": ["module:blocks.0"]}):
         runpy.run_path("train.py", run_name="__main__")
 """
@@ -25,8 +30,9 @@ from typing import Any
 
 import torch
 
-from ..core.errors import Abort
+from ..core.errors import Abort, StorageError
 from ..core.sites import SITES
+from ..probe.sessions import session
 from ..step.stepper import STEPPER
 
 
@@ -112,6 +118,31 @@ def _bytecode_stepping(enabled: bool, overrides: Mapping[str, Any]) -> Iterator[
 
 
 @contextlib.contextmanager
+def _compile_events(explain: bool) -> Iterator[None]:
+    """Collect compile events for the run; show them live (explain) or at the end."""
+    from ..report.compile_log import COMPILE_LOG, collecting
+    from ..report.records import CompileEvent
+    from .report_show import explain as show_one, show_compile_events
+
+    seen: list[CompileEvent] = []
+
+    def on_entry(entry: object) -> None:
+        if isinstance(entry, CompileEvent):
+            seen.append(entry)
+            if explain:
+                show_one(entry)
+
+    with collecting():
+        remove = COMPILE_LOG.listen(on_entry)
+        try:
+            yield
+        finally:
+            remove()
+            if not explain:
+                show_compile_events(seen)
+
+
+@contextlib.contextmanager
 def _native_tracking(enabled: bool) -> Iterator[None]:
     """``--native`` (what `dynstep gdb` runs): every Inductor graph of the run keeps its node -> kernel
     provenance, so `native` works at any stop (superstep turns it on only for graphs with stop points)."""
@@ -127,18 +158,16 @@ def _native_tracking(enabled: bool) -> Iterator[None]:
 
 
 def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, module: bool = False,
-        step_bytecode: bool = False, dap: Mapping[str, Any] | None = None, native: bool = False) -> int:
+        step_bytecode: bool = False, dap: Mapping[str, Any] | None = None, native: bool = False,
+        explain: bool = False, record: str | None = None) -> int:
     """Run a script (or ``-m`` module) as ``__main__``; returns its exit code.
 
     dap: ``{"address": "5679" | "HOST:PORT", "token": str | None, "wait": bool}`` serves the Debug
-    Adapter Protocol for the run (the client gets `exited` with the script's exit code at the end)."""
+    Adapter Protocol for the run (the client gets `exited` with the script's exit code at the end);
+    record: stream every probe hit and compile event into that recording; explain: show graph breaks
+    and recompiles as they happen (else a summary at the end)."""
     if step_bytecode:
-        from ..bytecode.mechanism import unavailable
-
-        missing = unavailable()
-        if missing is not None:
-            print(f"dynstep run --step-bytecode: the bytecode stepper cannot run here: {missing}",
-                  file=sys.stderr)
+        if not _bytecode_stepper_runs():
             return 2
         overrides = {**overrides, "step": True}
     if not module and not os.path.isfile(target):
@@ -146,12 +175,17 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
         return 2
     STEPPER.reset()
     path0 = os.getcwd() if module else os.path.dirname(os.path.abspath(target))
+    try:   # the recording is made (or refused) before the script starts
+        recording = session(path=record, name="dynstep run") if record else contextlib.nullcontext()
+    except StorageError as exc:
+        print(f"dynstep run: --record: {exc}", file=sys.stderr)
+        return 2
     if dap is not None and not _serve(dap):
         return 2
     code = 1
     try:
-        with _argv([target, *args], path0), routed_compile(overrides), _interrupt_steps(), \
-                _bytecode_stepping(step_bytecode, overrides), _native_tracking(native):
+        with recording, _compile_events(explain), _argv([target, *args], path0), routed_compile(overrides), \
+                _interrupt_steps(), _bytecode_stepping(step_bytecode, overrides), _native_tracking(native):
             code = _run_main(target, module)
             return code
     finally:
@@ -159,6 +193,16 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
             from ..remote.api import stop_serving
 
             stop_serving(code)
+
+
+def _bytecode_stepper_runs() -> bool:
+    """--step-bytecode: whether the bytecode stepper runs on this torch/Python (said why not)."""
+    from ..bytecode.mechanism import unavailable
+
+    missing = unavailable()
+    if missing is not None:
+        print(f"dynstep run --step-bytecode: the bytecode stepper cannot run here: {missing}", file=sys.stderr)
+    return missing is None
 
 
 def _serve(dap: Mapping[str, Any]) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 from .gdb_launch import commands_file, find_gdb, find_helper
 
 PREFIX = "dynstep: "
-DAP_PORT = 5678
+DAP_PORT = 5679   # `dynstep run --dap 5679` (docs/vscode.md)
 
 
 def configurations(*, cpp: bool, script: str, pauses: tuple[str, ...], dap: bool = False) -> list[dict[str, Any]]:
@@ -45,8 +45,9 @@ def configurations(*, cpp: bool, script: str, pauses: tuple[str, ...], dap: bool
                     "program": os.path.realpath(sys.executable), "processId": "${command:pickProcess}",
                     "MIMode": "gdb", "miDebuggerPath": find_gdb() or "gdb", "setupCommands": setup})
     if dap:
-        out.append({"name": PREFIX + "attach (DAP)", "type": "debugpy", "request": "attach",
-                    "debugServer": DAP_PORT})
+        # the `dynstep` debug type comes with editors/vscode (docs/vscode.md)
+        out.append({"name": PREFIX + "attach (DAP)", "type": "dynstep", "request": "attach",
+                    "host": "127.0.0.1", "port": DAP_PORT})
     return out
 
 

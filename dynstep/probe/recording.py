@@ -2,7 +2,9 @@
 
 Loading never fails on part of a recording: each JSON line is checked against the snapshot schema
 and what is valid loads; a line that is not, a chunk that cannot be read, an incomplete last line
-(a run cut mid-write) are listed in `Recording.problems`, with one warning. Only what cannot be a
+(a run cut mid-write) are listed in `Recording.problems`, with one warning. The same holds for
+the run's facts (run.json: `Recording.run`) and its compile log (compile.jsonl:
+`Recording.compile_events`, `Recording.plans`), which recordings older than them lack. Only what cannot be a
 recording at all (no manifest, another format, a newer version) is a `StorageError`.
 
 Nothing outside the recording is read: a chunk must be named by a plain file name inside the
@@ -10,6 +12,7 @@ recording's directory (any other name makes the whole load a `StorageError`), an
 files are opened (no symlink, FIFO or device: those chunks are reported as unreadable).
 
     rec = dynstep.load("run.dynstep");  rec.records("op:layer_norm");  rec.problems
+    dynstep.load("run.dynstep", tensors=False)      # stats and facts only: fast for large recordings
     rec.records("module:layers.1", rank=1)     # a distributed job's run.dynstep/rank<N>/, merged
 """
 
@@ -30,6 +33,8 @@ from ..core.errors import StorageError
 from ..core.records import STAT_FIELDS, Snapshot, Stats
 from ..graph.filter import filter_records
 from ..dist.paths import rank_dirs
+from ..report.compile_log import Entry
+from ..report.records import CompileEvent, GraphPlan, RunInfo, from_json
 from .storage import FORMAT, READS, save
 
 CHUNK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")
@@ -38,12 +43,26 @@ _STR_FIELDS = ("probe", "node", "target", "module", "source", "graph", "dtype", 
 
 
 class Recording:
-    """A loaded recording: `records(selector)`, `all()`, `save(path)`, and what could not load."""
+    """A loaded recording: `records(selector)`, `all()`, `save(path)`, the run's facts and compile
+    log, and what could not load."""
 
-    def __init__(self, snapshots: list[Snapshot], path: Path, problems: tuple[str, ...] = ()) -> None:
+    def __init__(self, snapshots: list[Snapshot], path: Path, problems: tuple[str, ...] = (), *,
+                 run: RunInfo | None = None, compile: tuple[Entry, ...] = ()) -> None:
         self.path = path
         self._snaps = snapshots
         self.problems = problems
+        self.run = run
+        self.compile = compile
+
+    @property
+    def compile_events(self) -> list[CompileEvent]:
+        """Compiles, graph breaks and recompiles, in the order they happened."""
+        return [e for e in self.compile if isinstance(e, CompileEvent)]
+
+    @property
+    def plans(self) -> list[GraphPlan]:
+        """The graphs superstep instrumented, with every probe and stop point by node."""
+        return [e for e in self.compile if isinstance(e, GraphPlan)]
 
     def all(self) -> list[Snapshot]:
         return list(self._snaps)
@@ -68,31 +87,33 @@ class Recording:
         return len(self._snaps)
 
     def save(self, path: str | Path) -> Path:
-        return save(self._snaps, Path(path))
+        return save(self._snaps, Path(path), run=self.run, compile=self.compile)
 
     def __repr__(self) -> str:
         return f"<dynstep Recording {self.path}: {len(self)} snapshot(s), {len(self.problems)} problem(s)>"
 
 
-def load(path: str | Path) -> Recording:
+def load(path: str | Path, *, tensors: bool = True) -> Recording:
+    """Read a recording; `tensors=False` leaves every snapshot's tensor out (None) and reads no chunk."""
     path = Path(path)
     ranks = rank_dirs(path)
     if ranks:
-        return _merge(path, [_load_one(p) for p in ranks])
-    return _load_one(path)
+        return _merge(path, [_load_one(p, tensors) for p in ranks])
+    return _load_one(path, tensors)
 
 
 def _merge(path: Path, parts: list[Recording]) -> Recording:
-    """A distributed job's recording: every rank's snapshots, rank by rank, each in hit order."""
+    """A distributed job's recording: every rank's snapshots, rank by rank, each in hit order; the
+    run's facts and compile log are the lowest rank's (every rank compiles the same graphs)."""
     snaps = [s for part in parts for s in part.all()]
     problems = tuple(f"{part.path.name}: {p}" for part in parts for p in part.problems)
-    return Recording(snaps, path, problems)
+    return Recording(snaps, path, problems, run=parts[0].run, compile=parts[0].compile)
 
 
-def _load_one(path: Path) -> Recording:
+def _load_one(path: Path, tensors: bool) -> Recording:
     _check_manifest(path)
     problems: list[str] = []
-    chunks = _Chunks(path, problems)
+    chunks = _Chunks(path, problems, read=tensors)
     snaps = []
     for number, meta in _lines(path / "records.jsonl", problems):
         try:
@@ -100,11 +121,37 @@ def _load_one(path: Path) -> Recording:
         except _Invalid as exc:
             problems.append(f"records.jsonl line {number}: {exc}; line skipped")
     chunks.report()
+    run = _run(path / "run.json", problems)
+    compile = tuple(_compile(path / "compile.jsonl", problems))
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         warnings.warn(f"dynstep.load({str(path)!r}): {len(snaps)} snapshot(s) loaded, {len(problems)} problem(s): "
                       f"{shown} (all in Recording.problems)", RuntimeWarning, stacklevel=3)
-    return Recording(snaps, path, tuple(problems))
+    return Recording(snaps, path, tuple(problems), run=run, compile=compile)
+
+
+def _run(file: Path, problems: list[str]) -> RunInfo | None:
+    if not file.exists():
+        return None   # recorded before run.json existed
+    try:
+        return from_json(RunInfo, json.loads(_read_regular(file)))
+    except (OSError, ValueError) as exc:
+        problems.append(f"run.json cannot be read ({exc}); the run's facts are left out")
+        return None
+
+
+def _compile(file: Path, problems: list[str]):
+    kinds: dict[str, type] = {"event": CompileEvent, "graph": GraphPlan}
+    for number, raw in _lines(file, problems):
+        kind = kinds.get(raw.get("type")) if isinstance(raw, dict) else None
+        if kind is None:
+            problems.append(f"compile.jsonl line {number}: not an entry this dynstep knows "
+                            f"(type {(raw.get('type') if isinstance(raw, dict) else raw)!r:.40}); line skipped")
+            continue
+        try:
+            yield from_json(kind, raw)
+        except ValueError as exc:
+            problems.append(f"compile.jsonl line {number}: {exc}; line skipped")
 
 
 def _check_manifest(path: Path) -> None:
@@ -131,10 +178,11 @@ def _lines(records: Path, problems: list[str]):
     """(line number, parsed JSON object) of every complete, parseable line."""
     if not records.exists():
         return
+    name = records.name
     try:
         data = _read_regular(records)
     except OSError as exc:
-        problems.append(f"records.jsonl cannot be read ({exc}); no snapshot loaded")
+        problems.append(f"{name} cannot be read ({exc}); nothing in it loaded")
         return
     lines = data.split(b"\n")
     tail = lines.pop()   # after the last newline: b"" unless the run was cut mid-write
@@ -144,9 +192,10 @@ def _lines(records: Path, problems: list[str]):
         try:
             yield number, json.loads(raw)
         except ValueError as exc:
-            problems.append(f"records.jsonl line {number} is not JSON ({exc.__class__.__name__}: {exc}); line skipped")
+            problems.append(f"{name} line {number} is not JSON ({exc.__class__.__name__}: {exc}); line skipped")
     if tail.strip():
-        problems.append(f"ignored {len(tail)} trailing byte(s) of an incomplete last line (a run cut mid-write)")
+        where = "" if name == "records.jsonl" else f"{name}: "   # records.jsonl's message predates the others
+        problems.append(f"{where}ignored {len(tail)} trailing byte(s) of an incomplete last line (a run cut mid-write)")
 
 
 class _Invalid(ValueError):
@@ -219,8 +268,8 @@ def _stats(raw: Any) -> Stats:
 class _Chunks:
     """Tensors by chunk name, read once each; what cannot be read is reported, not raised."""
 
-    def __init__(self, folder: Path, problems: list[str]) -> None:
-        self.folder, self.problems = folder, problems
+    def __init__(self, folder: Path, problems: list[str], *, read: bool = True) -> None:
+        self.folder, self.problems, self.read = folder, problems, read
         self.cache: dict[str, dict[str, torch.Tensor] | None] = {}
         self.missing: dict[str, int] = {}
 
@@ -233,6 +282,8 @@ class _Chunks:
         if not CHUNK_NAME.match(name):
             raise StorageError(f"{self.folder}: a record names the chunk {name!r}, which is not a plain "
                                "*.safetensors file name inside the recording; refusing to read outside it")
+        if not self.read:
+            return None
         tensors = self._load(name)
         tensor = tensors.get(ref["key"]) if tensors is not None else None
         if tensor is None:

@@ -22,6 +22,10 @@ Scoping, defined and tested:
   open), which matches the contextvars rule for plain threads.
 - ``session(path=...)`` also streams every hit to a recording directory as it happens, so a run
   that crashes still leaves a loadable file.
+- While a session is open, graph breaks, recompiles and compiles are collected from torch's
+  structured trace (`dynstep.report.compile_log`); a recording keeps what the compile log got
+  since the session was made, plus the plans of graphs compiled before that its hits name, with
+  the run's facts (compile.jsonl, run.json), whether streamed or saved.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from ..core.records import Snapshot
 from ..core.sites import SITES
 from ..dist.paths import rank_path
 from ..graph.filter import filter_records
+from ..report.compile_log import COMPILE_LOG
+from ..report.records import RunInfo
 from . import rings
 from .storage import Writer, save
 
@@ -69,8 +75,10 @@ class Session:
         self.dropped: collections.Counter[str] = collections.Counter()
         self.dropped_by_memory_cap = 0  # of those, dropped to keep under the record memory cap
         self._writer = None
+        self.run = RunInfo.now(session=name)
+        self._log_start = COMPILE_LOG.mark()   # a recording keeps the compile log from here on
         if path is not None:
-            self._writer = Writer(rank_path(Path(path)))
+            self._writer = Writer(rank_path(Path(path)), run=self.run, compile_log=COMPILE_LOG)
         self._token: contextvars.Token | None = None
         self._thread: int | None = None       # the thread that entered the session
         self.unwritten = 0                     # hits the recording could not take (kept in the rings)
@@ -133,7 +141,9 @@ class Session:
 
     def save(self, path: str | Path) -> Path:
         """Write the recording (in a multi-rank job: PATH/rank<N>, one per rank)."""
-        return save(self.all(), rank_path(Path(path)))
+        snaps = self.all()
+        return save(snaps, rank_path(Path(path)), run=self.run.closed(sum(self.dropped.values())),
+                    compile=COMPILE_LOG.for_recording(self._log_start, {s.graph for s in snaps}))
 
     def clear(self) -> None:
         _drain()
@@ -147,6 +157,7 @@ class Session:
             raise SessionError(f"{self!r} is already open (entered in thread {self._thread}); a session is entered "
                                "once at a time: open another one with dynstep.session()")
         _drain()  # hits before this point belong to the scope that was open then
+        COMPILE_LOG.acquire()   # graph breaks are logged while Dynamo traces: collect before any compile
         self._thread = threading.get_ident()
         self._token = _active.set(_active.get() + (self,))
         with _open_lock:
@@ -161,6 +172,8 @@ class Session:
             raise SessionError(f"{self!r} was entered in thread {self._thread} and must be exited there, "
                                f"not in thread {here} (sessions follow the thread's context)")
         _drain()
+        if self._thread is not None:
+            COMPILE_LOG.release()
         self._thread = None
         if self._token is not None:
             _active.reset(self._token)
@@ -171,7 +184,7 @@ class Session:
             _by_thread[threading.get_ident()] = _active.get()
         _update_delivery()
         if self._writer is not None:
-            self._writer.close()
+            self._writer.close(run=self.run.closed(sum(self.dropped.values())))
 
 
 def _update_delivery() -> None:

@@ -4,6 +4,9 @@
       manifest.json                 {"format": "dynstep-recording", "version": 2}
       records.jsonl                 one JSON object per snapshot, in hit order
       chunk-<pid>-<n>.safetensors   the tensor of the snapshot whose line names it
+      run.json                      the run: versions, platform, argv, start and end (RunInfo)
+      compile.jsonl                 compile events (graph breaks, recompiles, compiles) and the graphs
+                                    superstep instrumented, one JSON object per line, as they happened
       .lock                         held (flock) by the process streaming into the recording
 
 What dynstep promises (docs/reliability.md):
@@ -18,6 +21,10 @@ What dynstep promises (docs/reliability.md):
   gets a `StorageError` naming the path and the holder's pid. The lock dies with its process.
 
     save(snapshots, "run.dynstep");  Writer(path).append(snap)
+
+Version 2 gained run.json and compile.jsonl without a new version number: a reader of version 2
+that predates them ignores files it does not know (an older dynstep refuses to *replace* such a
+recording, since it does not know those files as its own: the safe side).
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from typing import Any
 
 from ..core.errors import StorageError
 from ..core.records import Snapshot
+from ..report.compile_log import CompileLog, Entry
+from ..report.records import GraphPlan, RunInfo, to_json
 
 try:
     import fcntl
@@ -45,35 +54,64 @@ except ImportError:  # not on Windows: recordings are not locked there
 FORMAT = "dynstep-recording"
 VERSION = 2
 READS = (1, 2)                      # versions this dynstep can load
-OWN_FILES = re.compile(r"^(manifest\.json|records\.jsonl|\.lock|chunk-[0-9]+(-[0-9]+)?\.safetensors(\.tmp)?)$")
+OWN_FILES = re.compile(r"^(manifest\.json|records\.jsonl|\.lock|chunk-[0-9]+(-[0-9]+)?\.safetensors(\.tmp)?"
+                       r"|run\.json(\.tmp)?|compile\.jsonl)$")
 _writers: "weakref.WeakSet[Writer]" = weakref.WeakSet()
 
 
 class Writer:
-    """Streams snapshots into a recording directory, each written through before `append` returns."""
+    """Streams snapshots into a recording directory, each written through before `append` returns.
 
-    def __init__(self, path: str | Path) -> None:
+    With `compile_log`, every entry from now on goes to compile.jsonl as it comes, and the plan of a
+    graph compiled earlier goes there before the first hit that names it; `run` goes to run.json
+    (rewritten with the end of the run by `close(run=...)`)."""
+
+    def __init__(self, path: str | Path, *, run: RunInfo | None = None, compile_log: CompileLog | None = None) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._chunks = 0
         self._closed = False
         self._lock_fd = -1
         self._lines_fd = -1
-        _install(self.path, self._start)
+        self._compile_fd = -1
+        self._unlisten = None
+        self._run = run
+        self._log = compile_log
+        self._planned: set[str] = set()        # graphs whose plan is in compile.jsonl
+        _install(self.path, lambda folder: self._start(folder, compile_log))
         _writers.add(self)
 
-    def _start(self, folder: Path) -> None:
+    def _start(self, folder: Path, compile_log: CompileLog | None) -> None:
         """Open the new recording in `folder` (before it is renamed into place)."""
         _write_manifest(folder)
         self._lock_fd = _take_lock(folder)
         self._lines_fd = os.open(folder / "records.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        if self._run is not None:
+            _write_run(folder, self._run)
+        if compile_log is not None:
+            self._compile_fd = os.open(folder / "compile.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._since = compile_log.mark()
+            self._unlisten = compile_log.listen(self.add_compile)
 
     def append(self, snap: Snapshot) -> None:
         with self._lock:
             if self._closed:
                 raise StorageError(f"recording {self.path} is closed; open a new session to record more")
+            if self._log is not None and snap.graph not in self._planned:
+                self._planned.add(snap.graph)
+                plan = self._log.plan(snap.graph, before=self._since)
+                if plan is not None:
+                    _write_all(self._compile_fd, compile_line(plan).encode())
             line = self._entry(snap)
             _write_all(self._lines_fd, (json.dumps(line, allow_nan=False) + "\n").encode())
+
+    def add_compile(self, entry: Entry) -> None:
+        """A compile-log entry, written through (a run that dies mid-compile keeps what came before)."""
+        with self._lock:
+            if not self._closed and self._compile_fd >= 0:
+                if isinstance(entry, GraphPlan):
+                    self._planned.add(entry.graph)
+                _write_all(self._compile_fd, compile_line(entry).encode())
 
     def _entry(self, snap: Snapshot) -> dict[str, Any]:
         meta = json_safe(snap.meta())
@@ -89,22 +127,33 @@ class Writer:
             meta["tensor"] = {"chunk": chunk, "key": "t0"}
         return meta
 
-    def close(self) -> None:
+    def close(self, *, run: RunInfo | None = None) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            for fd in (self._lines_fd, self._lock_fd):
+            if run is not None:
+                try:
+                    _write_run(self.path, run)
+                except OSError:
+                    pass   # run.json keeps the start of the run; every hit is written already
+            for fd in (self._lines_fd, self._compile_fd, self._lock_fd):
                 if fd >= 0:
                     os.close(fd)   # closing the lock's descriptor releases the lock
 
 
-def save(snapshots: list[Snapshot], path: str | Path) -> Path:
+def save(snapshots: list[Snapshot], path: str | Path, *, run: RunInfo | None = None,
+         compile: list[Entry] | tuple[Entry, ...] = ()) -> Path:
     """Write a whole recording at once (replacing a dynstep recording at `path`, atomically)."""
     path = Path(path)
 
     def fill(folder: Path) -> None:
         _write_manifest(folder)
+        if run is not None:
+            _write_run(folder, run)
+        (folder / "compile.jsonl").write_text("".join(compile_line(e) for e in compile), encoding="utf-8")
         tensors, lines = {}, []
         for i, snap in enumerate(snapshots):
             meta = json_safe(snap.meta())
@@ -120,6 +169,18 @@ def save(snapshots: list[Snapshot], path: str | Path) -> Path:
 
     _install(path, fill)
     return path
+
+
+def compile_line(entry: Entry) -> str:
+    """compile.jsonl's line for a compile-log entry: {"type": "event" | "graph", ...fields}."""
+    kind = "graph" if isinstance(entry, GraphPlan) else "event"
+    return json.dumps({"type": kind, **to_json(entry)}, allow_nan=False) + "\n"
+
+
+def _write_run(folder: Path, run: RunInfo) -> None:
+    tmp = folder / "run.json.tmp"
+    tmp.write_text(json.dumps(to_json(run), indent=1), encoding="utf-8")
+    os.replace(tmp, folder / "run.json")
 
 
 def json_safe(value: Any) -> Any:

@@ -24,17 +24,20 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import threading
 from typing import Any
 
 import torch
 
+from .. import _compat
 from ..core import commands as commandset
 from ..core import wiring
 from ..core.errors import Abort
 from ..core.events import Info, Stopped, emit
 from ..core.sites import SITES, Site
 from ..core.wiring import Frontend
+from ..report.compile_log import COMPILE_LOG
 from .commands import StepperCommands
 from .rank_commands import Coordinator
 from .values import tensor_view, user_stack
@@ -153,6 +156,7 @@ class Stepper(StepperCommands):
             stop = Stop(site=site, value=x, inputs=inputs, reason=reason, call=self.hits[site.id] - 1,
                         writable=writable, stack=user_stack(), note=note, writable_inputs=writable_inputs)
             self.interrupted = False
+            _trace_stop(stop)
             frontend = self._frontend()
             if frontend is None:
                 if note:
@@ -207,6 +211,21 @@ class Stepper(StepperCommands):
                 self.detach("dynstep: stdin is not a terminal and no commands were given "
                             "(commands= option, --commands, DYNSTEP_COMMANDS); not stopping, running to the end")
         return self.frontend
+
+
+def _trace_stop(stop: Stop) -> None:
+    """The pause log in the structured trace (TORCH_TRACE), filed under the compile of the stop's graph."""
+    site = stop.site
+
+    def payload() -> dict[str, Any]:
+        view = tensor_view(stop.value)
+        stats = {k: (v if math.isfinite(v) else str(v)) for k, v in view.stats.to_dict().items()} if view.stats else None
+        return {"graph": site.graph, "node": site.node, "op": site.target, "module": site.module,
+                "source": site.source, "text": site.source_text, "reason": stop.reason, "call": stop.call,
+                "shape": list(view.shape), "dtype": view.dtype, "stats": stats}
+
+    _compat.trace_artifact("dynstep_pause", payload, encoding="json", handle=COMPILE_LOG.handle(site.graph))
+
 
 def command_names() -> list[str]:
     return commandset.names(Stepper)

@@ -79,4 +79,7 @@ def test_the_cli_verb(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dynstep", "vscode", "--cpp", "--dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
     assert r.returncode == 0, r.stderr
-    assert "launch.json: added" in r.stdout and len(launch_json(tmp_path)["configurations"]) == 2
+    configs = launch_json(tmp_path)["configurations"]
+    assert "launch.json: added" in r.stdout and len(configs) == 3
+    attach = next(c for c in configs if c["name"] == "dynstep: attach (DAP)")   # dynstep run --dap serves it
+    assert attach["type"] == "dynstep" and attach["request"] == "attach" and attach["port"] == 5679

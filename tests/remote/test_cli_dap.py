@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from dynstep.front import cli
+from dynstep.front import cli, cli_options
 
 from .dap import ROOT, env
 
@@ -19,7 +19,7 @@ def options(argv: list[str], monkeypatch, **environ: str):
         monkeypatch.delenv(key, raising=False)
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
-    return cli._dap_options(cli.build_parser().parse_args(["run", *argv, "script.py"]))
+    return cli_options.dap_options(cli.build_parser().parse_args(["run", *argv, "script.py"]))
 
 
 def test_dap_options_from_flags_and_environment(monkeypatch):

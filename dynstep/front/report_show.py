@@ -1,0 +1,90 @@
+"""Reports in the terminal (rich): `dynstep report`'s short summary, and the graph breaks and
+recompiles `dynstep run` prints at the end (or one by one with ``--explain``).
+
+    show_report(report, wrote=[("HTML", "run.report.html")])
+    show_compile_events(events)          # a table, deduplicated, on stderr
+    explain(event)                       # one event as it happens, on stderr
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..report.model import RunReport
+from ..report.records import CompileEvent, dedupe
+from .report_text import event_line, function_name, nonfinite_line, summary_rows
+
+_SHOWN_IN_TERMINAL = ("recording", "hits", "calls (steps)", "probes", "graphs", "devices", "compile events")
+_MAX_EVENTS = 12
+
+
+def _console(console: Console | None, *, stderr: bool = False) -> Console:
+    if console is not None:
+        return console
+    return Console(file=sys.stderr if stderr else sys.stdout, highlight=False, width=max(Console().width, 120))
+
+
+def show_report(report: RunReport, *, wrote: Sequence[tuple[str, str]] = (), console: Console | None = None) -> None:
+    out = _console(console)
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="dim")
+    table.add_column(overflow="fold")
+    for key, value in summary_rows(report):
+        if key in _SHOWN_IN_TERMINAL:
+            table.add_row(key, escape(value))
+    out.print("[bold]dynstep report[/]")
+    out.print(table)
+    for problem in report.problems:
+        out.print(f"[yellow]problem:[/] {escape(problem)}", highlight=False)
+    if report.first_nonfinite is not None:
+        out.print("[bold red]first NaN/Inf:[/] ", end="")
+        out.print(nonfinite_line(report.first_nonfinite), markup=False, highlight=False)
+    elif report.hits:
+        out.print(f"[green]no NaN or Inf in {len(report.hits)} hit(s)[/]")
+    if report.events:
+        out.print(events_table(report.events[:_MAX_EVENTS], title="graph breaks and recompiles"))
+        if len(report.events) > _MAX_EVENTS:
+            out.print(f"[dim]... and {len(report.events) - _MAX_EVENTS} more (in the HTML page)[/]")
+    for what, path in wrote:
+        out.print(f"[dim]{what}:[/] {escape(path)}", highlight=False)
+
+
+def events_table(events: Sequence[CompileEvent], *, title: str) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold", show_lines=False)
+    for name, justify in (("kind", "left"), ("×", "right"), ("where", "left"), ("line", "left"), ("reason", "left")):
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for e in events:
+        color = "red" if e.kind == "graph_break" else "yellow"
+        where = e.where + (f" in {function_name(e.function)}" if e.function else "")
+        table.add_row(f"[{color}]{e.kind.replace('_', ' ')}[/]", str(e.count), escape(where), escape(e.source_text),
+                      escape(e.reason))
+    return table
+
+
+def show_compile_events(events: Sequence[CompileEvent], console: Console | None = None) -> None:
+    """`dynstep run`'s closing summary: each graph break and recompile once, with its count."""
+    found = dedupe([e for e in events if e.kind != "compile"])
+    if not found:
+        return
+    out = _console(console, stderr=True)
+    breaks = sum(e.count for e in found if e.kind == "graph_break")
+    recompiles = sum(e.count for e in found if e.kind == "recompile")
+    out.print(events_table(found, title=f"dynstep: {breaks} graph break(s), {recompiles} recompile(s)"))
+
+
+def explain(event: CompileEvent, console: Console | None = None) -> None:
+    """`dynstep run --explain`: one graph break or recompile as it happens."""
+    if event.kind == "compile":
+        return
+    out = _console(console, stderr=True)
+    color = "red" if event.kind == "graph_break" else "yellow"
+    out.print(f"[bold {color}]dynstep:[/] ", end="")
+    out.print(event_line(event) + (f"\n    {event.source_text}" if event.source_text else ""), markup=False,
+              highlight=False)
+    if event.detail:
+        out.print("    " + event.detail.splitlines()[0], markup=False, highlight=False, style="dim")

@@ -1,0 +1,61 @@
+"""Plain-text pieces of a report shared by its page and its terminal summary.
+
+    summary_rows(report)   -> [("calls (steps)", "2"), ...]
+    nonfinite_line(snap)   -> "value of node gelu (torch.nn.functional.gelu) in blocks.1.mlp at model.py:45 ..."
+    event_line(event)      -> "graph break ×3 at train.py:12 in f: Failed to trace builtin operator"
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..core.records import Snapshot
+from ..report.model import RunReport
+from ..report.records import CompileEvent
+
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
+
+
+def function_name(name: str) -> str:
+    """Dynamo's resume functions as a person reads them: "f (resumed after line 12)"."""
+    m = _RESUME.match(name)
+    return f"{m['fn']} (resumed after line {m['line']})" if m else name
+
+
+def _listed(items: tuple[str, ...], limit: int = 8) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f", and {len(items) - limit} more" if len(items) > limit else "") if items else "-"
+
+
+def summary_rows(report: RunReport) -> list[tuple[str, str]]:
+    s, run = report.summary, report.run
+    rows = [("recording", report.path)]
+    if run is not None:
+        rows += [("versions", f"dynstep {run.dynstep} · torch {run.torch}" + (f" (CUDA {run.cuda})" if run.cuda else "")
+                  + f" · Python {run.python}"),
+                 ("platform", run.platform), ("command", " ".join(run.argv) or "-"),
+                 ("time", f"{run.started} to {run.ended or '(not closed)'}")]
+    devices = s.devices + tuple(f"cuda: {d}" for d in (run.devices if run else ()))
+    rows += [("hits", f"{s.snapshots} ({s.values} values, {s.grads} gradients) at {s.sites} probe site(s)"),
+             ("calls (steps)", str(s.calls)), ("probes", _listed(s.probes)), ("graphs", _listed(s.graphs)),
+             ("devices", _listed(devices)), ("dtypes", _listed(s.dtypes)), ("inner compiler", _listed(s.inner)),
+             ("options", "; ".join(f"{k}={v}" for k, v in s.options) or "-"),
+             ("compile events", f"{s.compiles} compile(s), {s.graph_breaks} graph break(s), {s.recompiles} recompile(s)")]
+    if run is not None and run.dropped:
+        rows.append(("dropped", f"{run.dropped} hit(s) dropped by full rings (raise record= or summaries=)"))
+    return rows
+
+
+def nonfinite_line(s: Snapshot) -> str:
+    what = "gradient flowing into" if s.kind == "grad" else "value of"
+    module = f" in {s.module}" if s.module else ""
+    text = f"  `{s.source_text}`" if s.source_text else ""
+    return (f"{what} node {s.node} ({s.target}){module} at {s.source or '?'}{text} — graph {s.graph}, call {s.call}: "
+            f"{s.stats.nan} NaN, {s.stats.inf} Inf")
+
+
+def event_line(e: CompileEvent) -> str:
+    kind = e.kind.replace("_", " ")
+    count = f" ×{e.count}" if e.count > 1 else ""
+    where = f" at {e.where}" + (f" in {function_name(e.function)}" if e.function else "")
+    return f"{kind}{count}{where}: {e.reason}"
