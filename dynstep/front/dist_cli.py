@@ -74,6 +74,10 @@ def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any]
         print(f"dynstep run: {exc}", file=sys.stderr)
         return 2
     args = parse_args(list(script_args))
+    problem = _check_world(overrides.get("ranks"), args)
+    if problem:
+        print(f"dynstep run: {problem}", file=sys.stderr)
+        return 2
     if args.no_python:
         print("dynstep run: torchrun --no-python runs no Python script; dynstep cannot reach its workers",
               file=sys.stderr)
@@ -93,6 +97,23 @@ def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any]
         codes = sorted({f.exitcode for f in exc.failures.values()})
         return 3 if codes == [3] else 1
     return 0
+
+
+def _check_world(ranks: Any, args: argparse.Namespace) -> str:
+    """--ranks against a world size torchrun fixes on its command line (--nnodes N --nproc-per-node M)."""
+    from ..core.errors import OptionsError
+    from ..core.options import parse_ranks
+    from ..dist.ranks import chosen
+
+    low, _, high = str(args.nnodes).partition(":")
+    nodes, procs = (low if high in ("", low) else "elastic"), str(args.nproc_per_node)
+    if not (nodes.isdigit() and procs.isdigit()):
+        return ""   # elastic or per-device: the workers check it when they know
+    try:
+        chosen(parse_ranks(ranks), int(nodes) * int(procs))
+    except OptionsError as exc:
+        return f"--ranks: {exc}"
+    return ""
 
 
 def environment(overrides: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:

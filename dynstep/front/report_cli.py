@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="HTML", help="the page to write (default: <recording>.report.html)")
     parser.add_argument("--select", action="append", default=[], metavar="SEL",
                         help="plot only values these selectors name (repeatable; the table keeps every hit)")
+    parser.add_argument("--rank", type=int, default=None,
+                        help="a distributed job's recording: the rank drawn (default 0); all are compared")
     parser.add_argument("--max-plots", type=int, default=48, help="most probed values drawn (default: 48)")
     parser.add_argument("--json", metavar="FILE", help="also write the report's content as JSON")
     parser.add_argument("--tensorboard", metavar="DIR", help="also export every probe's stats as TensorBoard scalars")
@@ -43,7 +45,7 @@ def report(args: argparse.Namespace) -> Result:
     if isinstance(loaded, str):
         return False, loaded, 1
     try:
-        model = build(loaded, select=args.select, max_panels=args.max_plots)
+        model = build(loaded, select=args.select, max_panels=args.max_plots, rank=args.rank)
     except SelectorError as exc:
         return False, f"dynstep report: --select: {str(exc).splitlines()[0]}", 2
     html_path = Path(args.output) if args.output else _default_output(Path(args.recording))

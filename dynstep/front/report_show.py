@@ -46,12 +46,24 @@ def show_report(report: RunReport, *, wrote: Sequence[tuple[str, str]] = (), con
         out.print(nonfinite_line(report.first_nonfinite), markup=False, highlight=False)
     elif report.hits:
         out.print(f"[green]no NaN or Inf in {len(report.hits)} hit(s)[/]")
+    if report.rank is not None:
+        out.print(ranks_line(report), markup=False, highlight=False)
     if report.events:
         out.print(events_table(report.events[:_MAX_EVENTS], title="graph breaks and recompiles"))
         if len(report.events) > _MAX_EVENTS:
             out.print(f"[dim]... and {len(report.events) - _MAX_EVENTS} more (in the HTML page)[/]")
     for what, path in wrote:
         out.print(f"[dim]{what}:[/] {escape(path)}", highlight=False)
+
+
+def ranks_line(report: RunReport) -> str:
+    """A distributed job's recording: the rank shown, and the first value where a rank differs from rank 0."""
+    head = f"ranks: showing rank {report.rank} of {', '.join(map(str, report.ranks))} (--rank N for another)"
+    if not report.rank_differences:
+        return head + "; every rank holds the same values as rank 0"
+    d = report.rank_differences[0]
+    return (f"{head}; first value that differs from rank 0: {d.node} ({d.module or '<top>'}, {d.source}) call "
+            f"{d.call} on rank {d.rank}; {len(report.rank_differences)} value(s) differ in all")
 
 
 def events_table(events: Sequence[CompileEvent], *, title: str) -> Table:

@@ -30,6 +30,14 @@ VERSION = 1
 
 
 def to_dict(report: RunReport) -> dict[str, Any]:
+    out = _content(report)
+    if report.rank is not None:   # a distributed job's recording
+        out["ranks"] = _clean({"shown": report.rank, "all": list(report.ranks),
+                               "differences": to_json(report.rank_differences)})
+    return out
+
+
+def _content(report: RunReport) -> dict[str, Any]:
     return _clean({
         "format": FORMAT, "version": VERSION, "recording": report.path, "run": to_json(report.run),
         "summary": to_json(report.summary), "problems": list(report.problems), "selected": list(report.selected),

@@ -17,7 +17,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..core.records import Snapshot
+from ..core.records import Snapshot, Stats
+from ..dist.compare import RankDifference, compare_ranks
 from ..graph import selectors as sel
 from ..graph.filter import snapshot_matches
 from .records import CompileEvent, GraphPlan, RunInfo, dedupe
@@ -124,6 +125,9 @@ class RunReport:
     plans: tuple[GraphPlan, ...]
     sources: tuple[SourceLine, ...]
     selected: tuple[str, ...]
+    rank: int | None = None             # a distributed job's recording: the rank drawn
+    ranks: tuple[int, ...] = ()         # ... and every rank it holds
+    rank_differences: tuple[RankDifference, ...] = ()   # hits where some rank differs from rank 0
 
     def source_key(self, source: str, path: str = "") -> str:
         """The anchor of a user line ("" when the report does not list it)."""
@@ -138,11 +142,22 @@ class RunReport:
         return index
 
 
-def build(recording: RecordingLike, *, select: Sequence[str] = (), max_panels: int = MAX_PANELS) -> RunReport:
-    """The report of a recording; `select` (selectors) picks the panels drawn (None: all, up to the cap)."""
+def build(recording: RecordingLike, *, select: Sequence[str] = (), max_panels: int = MAX_PANELS,
+          rank: int | None = None) -> RunReport:
+    """The report of a recording; `select` (selectors) picks the panels drawn (None: all, up to the cap).
+    A distributed job's recording is drawn for one rank (`rank`, default 0), compared across all."""
     selectors = [sel.parse(s) for s in select]
+    every = recording.all()
+    ranks = tuple(sorted({s.rank for s in every}))
+    if len(ranks) > 1 or rank is not None:
+        rank = ranks[0] if rank is None else rank
+        differences = tuple(d for d in compare_ranks(every)
+                            if not selectors or any(sel_matches(d, x) for x in selectors))
+        every = [s for s in every if s.rank == rank]
+    else:
+        rank, differences = None, ()
     hits = tuple(sorted((dataclasses.replace(s, tensor=None) if s.tensor is not None else s
-                         for s in recording.all()), key=lambda s: s.seq))
+                         for s in every), key=lambda s: s.seq))
     bad = next((s for s in hits if s.stats.nan or s.stats.inf), None)
     panels = panels_of(hits)
     chosen = [p for p, snaps in panels if not selectors or any(snapshot_matches(s, x) for s in snaps
@@ -158,7 +173,17 @@ def build(recording: RecordingLike, *, select: Sequence[str] = (), max_panels: i
                      left_out=len(panels) - len(shown), first_nonfinite=bad, first_nonfinite_panel=first_panel,
                      events=dedupe([e for e in events if e.kind != "compile"]),
                      compiles=tuple(e for e in events if e.kind == "compile"), plans=plans,
-                     sources=_sources(hits, events, plans), selected=tuple(select))
+                     sources=_sources(hits, events, plans), selected=tuple(select), rank=rank,
+                     ranks=ranks if rank is not None else (), rank_differences=differences)
+
+
+def sel_matches(difference: RankDifference, selector: sel.Selector) -> bool:
+    """Does a rank difference concern a value `selector` names (its node, module or line)?"""
+    fake = Snapshot(kind=difference.kind, probe="", node=difference.node, target="", module=difference.module,
+                    source=difference.source, graph=difference.graph, call=difference.call, shape=(), dtype="",
+                    device="", stats=Stats())
+    return snapshot_matches(fake, selector) or selector.kind == "module" and \
+        bool(sel.module_glob_regex(selector.pattern).match(difference.module))
 
 
 def panels_of(hits: tuple[Snapshot, ...]) -> list[tuple[Panel, list[Snapshot]]]:

@@ -124,3 +124,48 @@ def test_nan_raise_names_the_rank(as_rank):
     with pytest.raises(NonFiniteError, match=r"^rank 1 of 2: 1 NaN in the output of torch.log") as info:
         cm(torch.tensor([-1.0, 1.0]))
     assert info.value.rank == 1
+
+
+def test_the_report_draws_one_rank_and_names_the_first_rank_that_differs(tmp_path, as_rank):
+    from dynstep.front.report_show import ranks_line
+    from dynstep.report.export import to_dict
+    from dynstep.report.model import build
+
+    run = tmp_path / "run.dynstep"
+    for rank, value in ((0, 1.0), (1, 1.5)):
+        as_rank(rank)
+        with dynstep.session(path=run) as s:
+            s.add(_snap(rank, value))
+            s.add(_snap(rank, 2.0, node="head"))
+    rec = dynstep.load(run, tensors=False)
+    report = build(rec, rank=1)
+    assert report.rank == 1 and report.ranks == (0, 1) and {h.rank for h in report.hits} == {1}
+    assert [(d.node, d.rank) for d in report.rank_differences] == [("x_3", 1)]
+    assert "first value that differs from rank 0: x_3 (layers.1, job.py:36) call 0 on rank 1" in ranks_line(report)
+    assert to_dict(report)["ranks"]["differences"][0]["node"] == "x_3"
+    assert build(rec, select=["node:head"]).rank_differences == ()
+
+
+def test_dynstep_run_refuses_ranks_a_torchrun_job_does_not_have():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "dynstep", "run", "--ranks", "3", "--pause", "module:layers.1",
+                           "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "job.py"],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--ranks: ranks=3: rank 3 does not exist in this job of 2 rank(s) (0-1)" in done.stderr
+
+
+def test_the_launchers_own_options_are_left_to_it():
+    from dynstep.front.dist_cli import environment, split_launcher
+
+    argv = ["run", "--pause", "module:layers.1", "--ranks", "1", "-m", "torch.distributed.run", "--nproc-per-node",
+            "2", "train.py", "--lr", "3"]
+    assert split_launcher(argv) == (argv[:7], ["--nproc-per-node", "2", "train.py", "--lr", "3"])
+    assert split_launcher(["run", "torchrun", "--standalone", "t.py"]) == (["run", "torchrun"], ["--standalone", "t.py"])
+    assert split_launcher(["run", "train.py", "--x"]) == (["run", "train.py", "--x"], None)
+    assert environment({"pause": ["module:a"], "ranks": "all", "grads": True}, {"DYNSTEP_PAUSE": "op:mm"}) == {
+        "DYNSTEP_PAUSE": "op:mm,module:a", "DYNSTEP_RANKS": "all", "DYNSTEP_GRADS": "1"}
