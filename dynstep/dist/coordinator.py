@@ -132,7 +132,7 @@ class Coordinator:
         watch.look()
 
     # -- a pause on this rank ------------------------------------------------------------------------
-    def enter_pause(self, info: dict[str, str]) -> str | None:
+    def enter_pause(self, info: dict[str, str], serve: Serve | None = None) -> str | None:
         """Before this rank's front end runs: mark the pause, raise the collective timeout, wait for
         the terminal turn. Returns a command to run instead of asking (`step --all` from another rank)."""
         if self.alone:
@@ -142,7 +142,7 @@ class Coordinator:
         info = {**info, "attach": _attach_address(self.ident)}
         self.store.set(f"paused/{rank}", json.dumps({"k": self.here, "pause": self.pauses, **info}))
         self.raise_timeout()
-        follow = self._take_turn()
+        follow = self._take_turn(serve)
         if follow is not None:
             emit(Info(f"dynstep: rank {rank} steps with the other paused ranks (step --all)"))
         return follow
@@ -155,7 +155,7 @@ class Coordinator:
         self.store.compare_set("turn", str(rank), "")
         self.restore_timeout()
 
-    def _take_turn(self) -> str | None:
+    def _take_turn(self, serve: Serve | None) -> str | None:
         """One paused rank at a time talks to the terminal; a waiting one follows `step --all`."""
         s, mine, poll = self.store, str(self.ident.rank), Backoff(cap=0.05)
         while s.compare_set("turn", "", mine).decode() != mine:
@@ -164,7 +164,7 @@ class Coordinator:
                 return follow
             if s.check(["quit"]):
                 self._on_quit()
-            self.answer_requests(None)
+            self.answer_requests(serve)
             poll.sleep()
         return read(s, f"follow/{self.here}")   # `step --all` may have come just as the turn came free
 
@@ -262,8 +262,12 @@ class Coordinator:
         missing = []
         for r in range(self.ident.world):
             at = json.loads(read(self.store, f"at/{r}") or '{"k": -1}')
-            if r != self.ident.rank and at["k"] < k:
-                missing.append(f"rank {r} (last seen at stop #{at['k']} {at.get('node', '')})".rstrip())
+            paused = read(self.store, f"paused/{r}")
+            if paused is not None and r != self.ident.rank:
+                info = json.loads(paused)
+                missing.append(f"rank {r} (paused at stop #{info['k']} {info.get('node', '')})")
+            elif r != self.ident.rank and at["k"] < k:
+                missing.append(f"rank {r} (last seen at stop #{at['k']} {at.get('node', '')})")
         return f"rank {self.ident.rank} waited at stop #{k} for {', '.join(missing) or 'the other ranks'}"
 
     def _lost_store(self, k: int, exc: Exception) -> BaseException:

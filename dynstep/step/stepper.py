@@ -179,8 +179,8 @@ class Stepper(StepperCommands):
         """Show the stop and let the front end answer it; in a distributed job, as the coordinator says
         (the terminal turn, `step --all` from another rank, `q` ending every rank)."""
         coord = self.coordinator
-        auto = coord.enter_pause({"node": stop.site.node, "graph": stop.site.graph, "source": stop.site.source}) \
-            if coord is not None else None
+        auto = coord.enter_pause({"node": stop.site.node, "graph": stop.site.graph, "source": stop.site.source},
+                                 lambda line: self.serve(line, lambda: stop)) if coord is not None else None
         try:
             emit(Stopped(reason=stop.reason, site=stop.site, call=stop.call, tensor=tensor_view(stop.value),
                          watches=tuple((w, self._watch_text(w)) for w in self.watches),

@@ -61,16 +61,18 @@ def checksum(m: nn.Module) -> list[float]:
     return [float(p.detach().double().sum()) for p in m.parameters()]
 
 
-def simulate(steps: int, set_rank: int = -1, set_scale: float = 1.0) -> dict[int, dict]:
+def simulate(steps: int, scales: dict[int, float] | None = None) -> dict[int, dict]:
     """Eager, one process: each rank's forward, gradients averaged as DDP does, the same SGD steps.
-    Per rank: losses, parameter checksums after training, and each layer's output per step."""
+    Per rank: losses, parameter checksums after training, and each layer's output per step.
+    `scales`: rank -> factor layers.1's output is multiplied by at the first step (what a pause's `set` did)."""
+    scales = scales or {}
     m = model()
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     out: dict[int, dict] = {r: {"losses": [], "layers": {"layers.0": [], "layers.1": []}} for r in range(WORLD)}
     for step in range(steps):
         grads = None
         for rank in range(WORLD):
-            hooks = [m.layers[1].register_forward_hook(_scale(set_scale))] if (rank, step) == (set_rank, 0) else []
+            hooks = [m.layers[1].register_forward_hook(_scale(scales[rank]))] if step == 0 and rank in scales else []
             hooks += [m.layers[i].register_forward_hook(_keep(out[rank]["layers"][f"layers.{i}"])) for i in (0, 1)]
             m.zero_grad()
             loss = m(batch(rank, step))

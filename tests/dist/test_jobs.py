@@ -73,13 +73,15 @@ def test_per_rank_recordings_of_a_ddp_step_equal_each_ranks_eager_values(tmp_pat
 
 
 def test_pause_on_rank_1_only_set_and_continue_equals_eager_with_the_change(tmp_path):
-    commands = "p value.mean(); p@0 value.mean(); ranks; set value = value * 0.5; c"
+    """Through `dynstep run ... -m torch.distributed.run`: rank 1 pauses, asks rank 0 (`p@0`), changes its own
+    value and rank 0's (`set@0`, answered by rank 0 while it waits at the same node), both train on."""
+    commands = "p value.mean(); p@0 value.mean(); ranks; set value = value * 0.5; set@0 value = value * 2; c"
     done = run(["-m", "dynstep", "run", "--pause", "module:layers.1", "--ranks", "1", "--commands", commands,
                 "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", JOB, "--out", str(tmp_path)],
                env())
     text = done.stdout + done.stderr
     assert done.returncode == 0, text[-3000:]
-    assert_trained_like(results(tmp_path), job.simulate(steps=2, set_rank=1, set_scale=0.5))
+    assert_trained_like(results(tmp_path), job.simulate(steps=2, scales={1: 0.5, 0: 2.0}))
     assert "rank 0 waits at stop #" in text and "rank 1 is paused at node" in text
     assert "[rank 0]" in text and "rank 1: paused (this prompt)" in text and "rank 0: waiting" in text
     assert text.count("── paused") == 2   # rank 1 only: step 0 (commands), step 1 (script ran out)
@@ -143,7 +145,7 @@ def test_the_paused_rank_prompts_on_the_launchers_terminal_when_its_output_is_hi
     finally:
         child.close()
     assert child.exitstatus == 0, child.before
-    assert_trained_like(results(tmp_path), job.simulate(steps=2, set_rank=1, set_scale=0.5))
+    assert_trained_like(results(tmp_path), job.simulate(steps=2, scales={1: 0.5}))
 
 
 def test_step_all_advances_every_paused_rank_in_lockstep(tmp_path):
