@@ -51,6 +51,7 @@ class Coordinator:
         self.saved_timeout: timedelta | None = None
         self.heartbeat: Heartbeat | None = None
         self.pauses = 0         # this rank's stops so far (names a pause in paused/<rank>)
+        self.coarse = False     # this graph call: barriers at pause sites only (see agree)
 
     # -- resolving the job, lazily (the first stop point at run time) --------------------------------
     def resolve(self) -> identity.Identity:
@@ -71,37 +72,55 @@ class Coordinator:
         return self.resolve().rank in self.pausers
 
     # -- the two barriers ----------------------------------------------------------------------------
-    def agree(self, want: bool) -> bool:
-        """A graph call with two variants: True when any rank wants the one with stop points."""
+    def agree(self, want: bool, fine: bool = True) -> bool:
+        """A graph call with two variants: True when any rank wants the one with stop points.
+
+        `fine`: this rank may stop at a step point of this call (stepping, a breakpoint in the graph,
+        an interrupt). When no rank may, the call's step points are no barriers, only its pause sites
+        (every rank sees the same answer, so the barriers stay in step); `end_call()` ends that."""
         if self.alone:
             return want
         k = self._next()
         if want:
             self.store.add(f"want/{k}", 1)
-        return self._barrier(k, {"node": "(graph call)"}, None) > 0
+        if fine:
+            self.store.add(f"fine/{k}", 1)
+        wants, fines = self._barrier(k, {"node": "(graph call)"}, None)
+        self.coarse = wants > 0 and fines == 0
+        return wants > 0
 
-    def stop_point(self, site: Site, pause: Callable[[], None], serve: Serve) -> None:
-        """One stop point: this rank's own stop (when it may pause), then the barrier."""
+    def end_call(self) -> None:
+        self.coarse = False
+
+    def stop_point(self, site: Site, pause: Callable[[], bool], serve: Serve) -> None:
+        """One stop point: this rank's own stop (when it may pause), then the barrier.
+
+        `pause()` returns whether this rank may now stop at any node (it stepped, set a breakpoint):
+        then the rest of the call has barriers at every stop point again, on every rank."""
         if self.alone:
             pause()
             return
+        if self.coarse and site.actions != ("pause",):
+            return   # agreed: no rank stops at a step point here
         k = self._next()
-        if self.may_pause():
-            pause()
-        self._barrier(k, {"node": site.node, "graph": site.graph, "source": site.source}, serve)
+        if self.may_pause() and pause():
+            self.store.add(f"fine/{k}", 1)
+        _, fines = self._barrier(k, {"node": site.node, "graph": site.graph, "source": site.source}, serve)
+        if fines:
+            self.coarse = False
 
     def _next(self) -> int:
         self.here, self.k = self.k, self.k + 1
         return self.here
 
-    def _barrier(self, k: int, where: dict, serve: Serve | None) -> int:
+    def _barrier(self, k: int, where: dict, serve: Serve | None) -> tuple[int, int]:
+        """Wait until every rank is at stop point k; how many wanted stop points, and fine ones (agree)."""
         s, rank, world = self.store, self.ident.rank, self.ident.world
         try:
             s.set(f"at/{rank}", json.dumps({"k": k, **where}))
             if s.add(f"arr/{k}", 1) == world:
-                wants = counter(s, f"want/{k}")
-                s.set(f"go/{k}", f"go:{wants}")
-                for key in (f"arr/{k - 1}", f"go/{k - 1}", f"want/{k - 1}"):
+                s.set(f"go/{k}", f"go:{counter(s, f'want/{k}')}:{counter(s, f'fine/{k}')}")
+                for key in (f"arr/{k - 1}", f"go/{k - 1}", f"want/{k - 1}", f"fine/{k - 1}"):
                     s.delete_key(key)
             else:
                 with TermGuard(lambda: self._waiting_for(k)):
@@ -111,7 +130,8 @@ class Coordinator:
             raise self._lost_store(k, exc) from None
         if verdict.startswith("quit"):
             self._on_quit()
-        return int(verdict.partition(":")[2] or 0)
+        _, wants, fines = verdict.split(":")
+        return int(wants), int(fines)
 
     def _wait(self, k: int, serve: Serve | None) -> None:
         s, poll = self.store, Backoff()

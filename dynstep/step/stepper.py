@@ -131,6 +131,12 @@ class Stepper(StepperCommands):
             return True
         return any(probe not in self.disabled for probe in pauses.values())
 
+    def every_node(self, site_ids: frozenset[int] | None = None) -> bool:
+        """Could this rank stop at a step point, not only at pause sites (stepping, a breakpoint in
+        these sites or anywhere, an interrupt)? A distributed job's barriers follow it."""
+        breaks = bool(self.break_ids) if site_ids is None else not self.break_ids.isdisjoint(site_ids)
+        return self.interrupted or self.mode != "run" or breaks
+
     def reason_to_stop(self, site_id: int, site: Site) -> str | None:
         if self.interrupted:
             return "interrupt"
@@ -242,7 +248,7 @@ def on_pause(x: torch.Tensor, site_id: int, inputs: list[torch.Tensor]) -> None:
         _pause(x, site_id, inputs)
         return
     site = SITES.get(site_id)
-    coord.stop_point(site, lambda: _pause(x, site_id, inputs),
+    coord.stop_point(site, lambda: _pause(x, site_id, inputs) or STEPPER.every_node(),
                      lambda line: STEPPER.serve(line, lambda: _waiting_stop(x, site, inputs)))
 
 
@@ -277,7 +283,7 @@ def on_grad_pause(g: torch.Tensor, site: Site) -> None:
     if coord is None:
         _grad_pause(g, site)
         return
-    coord.stop_point(site, lambda: _grad_pause(g, site),
+    coord.stop_point(site, lambda: _grad_pause(g, site) or STEPPER.every_node(),
                      lambda line: STEPPER.serve(line, lambda: _waiting_stop(g, site, [], writable=False)))
 
 

@@ -30,12 +30,19 @@ class TwoVariants:
         self.__qualname__ = getattr(stepping, "__qualname__", self.__name__)
 
     def __call__(self, *args):
-        want = self._stepper.may_stop(self.ids, self.pauses)
-        coord = self._stepper.coordinator
-        if coord is not None:   # every rank of a distributed job runs the same variant (the same stop points)
-            want = coord.agree(want and coord.may_pause())
-        variant = self.stepping if want else self.quiet
-        return variant(*args)
+        stepper = self._stepper
+        want = stepper.may_stop(self.ids, self.pauses)
+        coord = stepper.coordinator
+        if coord is None:
+            return (self.stepping if want else self.quiet)(*args)
+        # every rank of a distributed job runs the same variant (the same stop points)
+        mine = coord.may_pause()
+        if not coord.agree(want and mine, mine and stepper.every_node(self.ids)):
+            return self.quiet(*args)
+        try:
+            return self.stepping(*args)
+        finally:
+            coord.end_call()
 
     def __repr__(self) -> str:
         return f"<dynstep graph {self.graph_id}: {self.stepping!r} while stepping, else {self.quiet!r}>"
