@@ -257,8 +257,9 @@ class Coordinator:
         return lines
 
     # -- ending ---------------------------------------------------------------------------------------
-    def quit_all(self, reason: str, code: int = QUIT_CODE) -> BaseException:
-        """Tell every rank to stop (they print why and exit with `code`); returns what to raise here."""
+    def quit_all(self, reason: str, code: int = QUIT_CODE, *, gone: int = 0) -> BaseException:
+        """Tell every rank to stop (they print why and exit with `code`); returns what to raise here.
+        `gone`: ranks known dead, whose acknowledgement is not waited for."""
         if self.alone:
             return quitting(code)
         s = self.store
@@ -266,7 +267,7 @@ class Coordinator:
         s.set(f"go/{self.here}", f"quit:{code}")
         emit(Info(f"dynstep: quitting every rank: {reason}"))
         deadline = time.monotonic() + 3.0
-        while counter(s, "quit_ack") < self.ident.world - 1 and time.monotonic() < deadline:
+        while counter(s, "quit_ack") < self.ident.world - 1 - gone and time.monotonic() < deadline:
             time.sleep(0.02)
         self.close()
         return quitting(code)

@@ -104,7 +104,7 @@ class Watch:
             me = self.coord.ident.rank
             raise self.coord.quit_all(
                 f"rank {r} is not responding (no heartbeat for {now - last[1]:.0f} s; last seen at stop #{at['k']} "
-                f"{at.get('node', '')}) while rank {me} waited at stop #{self.k}: it may have died")
+                f"{at.get('node', '')}) while rank {me} waited at stop #{self.k}: it may have died", gone=1)
 
     def done(self) -> None:
         if self.raised:
