@@ -152,9 +152,10 @@ class Coordinator:
         watch.look()
 
     # -- a pause on this rank ------------------------------------------------------------------------
-    def enter_pause(self, info: dict[str, str], serve: Serve | None = None) -> str | None:
+    def enter_pause(self, info: dict[str, str], serve: Serve | None = None, turn: bool = True) -> str | None:
         """Before this rank's front end runs: mark the pause, raise the collective timeout, wait for
-        the terminal turn. Returns a command to run instead of asking (`step --all` from another rank)."""
+        the terminal turn (`turn`: front ends that share the launcher's terminal; an editor's sessions
+        are one per rank). Returns a command to run instead of asking (`step --all` from another rank)."""
         if self.alone:
             return None
         self.pauses += 1
@@ -162,7 +163,7 @@ class Coordinator:
         info = {**info, "attach": _attach_address(self.ident)}
         self.store.set(f"paused/{rank}", json.dumps({"k": self.here, "pause": self.pauses, **info}))
         self.raise_timeout()
-        follow = self._take_turn(serve)
+        follow = self._take_turn(serve) if turn else read(self.store, f"follow/{self.here}")
         if follow is not None:
             emit(Info(f"dynstep: rank {rank} steps with the other paused ranks (step --all)"))
         return follow

@@ -53,6 +53,8 @@ def make_frontend(kind: str | None, commands: str | None) -> "Frontend | None":
 class ScriptFrontend:
     """Feeds a fixed list of commands across all stops of the run, in order."""
 
+    shares_terminal = True   # a distributed job: one paused rank at a time talks to the terminal
+
     def __init__(self, script: str) -> None:
         self.queue = collections.deque(split_commands(script))
 
@@ -83,6 +85,8 @@ class PdbFrontend:
     continues), the node's inputs are bound by their FX names, `site` describes the node, and
     `dynstep_cmd("s")` runs any stepper command (here: stop again after the next node).
     """
+
+    shares_terminal = True   # a distributed job: one paused rank at a time talks to the terminal
 
     def run(self, stepper: "Stepper", stop: "Stop") -> None:
         site = stop.site

@@ -35,6 +35,8 @@ _console = Console(stderr=True, highlight=False, soft_wrap=True)
 class ReplFrontend:
     """Reads commands from the terminal with `readline` (editing and history) until one resumes."""
 
+    shares_terminal = True   # a distributed job: one paused rank at a time talks to the terminal
+
     def __init__(self) -> None:
         self._readline = _setup_readline()
 

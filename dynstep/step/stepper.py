@@ -186,7 +186,8 @@ class Stepper(StepperCommands):
         (the terminal turn, `step --all` from another rank, `q` ending every rank)."""
         coord = self.coordinator
         auto = coord.enter_pause({"node": stop.site.node, "graph": stop.site.graph, "source": stop.site.source},
-                                 lambda line: self.serve(line, lambda: stop)) if coord is not None else None
+                                 lambda line: self.serve(line, lambda: stop),
+                                 turn=getattr(frontend, "shares_terminal", False)) if coord is not None else None
         try:
             emit(Stopped(reason=stop.reason, site=stop.site, call=stop.call, tensor=tensor_view(stop.value),
                          watches=tuple((w, self._watch_text(w)) for w in self.watches),
