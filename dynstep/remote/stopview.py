@@ -13,6 +13,8 @@ error response, later nodes see a written value, under Inductor too.
 
 from __future__ import annotations
 
+import re
+
 import dataclasses
 import linecache
 import os
@@ -269,12 +271,15 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 COMMAND_WORDS = frozenset({"set", "record", "where", "w", "graph", "g", "help", "h", "break", "b", "clear", "cl",
-                           "watch"} | RESUME_COMMANDS)
+                           "watch", "ranks"} | RESUME_COMMANDS)
+_TO_RANK = re.compile(r"^[a-z]+@[0-9]+$")   # p@1, set@0: a command for another rank (distributed runs)
 
 
 def _is_command(text: str) -> bool:
     """A dynstep command line rather than a Python expression: `set value = 0`, `record`, `g`, `b op:mm`."""
     words = text.split()
+    if words and _TO_RANK.match(words[0]):
+        return True
     if not words or words[0] not in COMMAND_WORDS:
         return False
     if len(words) == 1:

@@ -156,3 +156,46 @@ def test_step_all_advances_every_paused_rank_in_lockstep(tmp_path):
     assert len(re.findall(r"── step · graph forward\[\d+/\d+\] · node linear_8", text)) == 2  # both ranks, one node on
     assert "steps with the other paused ranks (step --all)" in text
     assert_trained_like(results(tmp_path), job.simulate(steps=2))
+
+
+def test_one_debug_adapter_per_rank_answers_that_ranks_pause(tmp_path):
+    """`dynstep run --dap PORT ... -m torch.distributed.run`: rank r serves PORT + r; rank 1's session stops at
+    the pause, asks rank 0 from the debug console (`p@0`), shows `ranks`, continues; the job ends cleanly."""
+    from ..remote.dap import Client
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--dap", str(port), "--wait", "--ranks", "1",
+                             "--pause", "module:layers.1", "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                             "--standalone", JOB, "--out", str(tmp_path)], cwd=ROOT, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        clients = [_attach(Client, port + r) for r in (0, 1)]
+        answers = []
+        for _ in range(2):   # both training steps pause on rank 1
+            stopped = clients[1].wait_event("stopped", timeout=90)["body"]
+            frame = clients[1].request("stackTrace", {"threadId": stopped["threadId"]})["stackFrames"][0]
+            for line in ("ranks", "p@0 value.mean()"):
+                answers.append(clients[1].request("evaluate", {"expression": line, "frameId": frame["id"],
+                                                               "context": "repl"})["result"])
+            clients[1].request("continue", {"threadId": stopped["threadId"]})
+        out = proc.communicate(timeout=120)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert "rank 0: waiting at stop #1 x_3" in answers[0] and "rank 1: paused (this prompt)" in answers[0]
+    assert answers[1].startswith("[rank 0]\nvalue.mean() = tensor(")
+    assert_trained_like(results(tmp_path), job.simulate(steps=2))
+
+
+def _attach(client_class, port: int):
+    import time
+
+    for _ in range(300):
+        try:
+            client = client_class(port, timeout=60)
+            break
+        except OSError:
+            time.sleep(0.2)
+    client.attach()
+    client.request("configurationDone")
+    return client
