@@ -156,3 +156,11 @@ def test_what_mixed_mode_debugging_reads():
     assert boxed and unboxed and where.startswith("Register")
     assert _compat.op_has_schema("aten::addmm", "out") and not _compat.op_has_schema("aten::no_such_op", "")
     assert _compat.returns_view(torch.ops.aten.t.default) and not _compat.returns_view(torch.ops.aten.mm.default)
+
+
+def test_distributed_internals_the_coordinator_uses_exist():
+    """dynstep/_compat/distributed.py: the default group's store and its collective timeout."""
+    from torch.distributed import distributed_c10d as c10d
+
+    assert callable(c10d._get_default_store) and callable(c10d._set_pg_timeout)
+    assert callable(c10d._get_default_group)

@@ -170,3 +170,28 @@ def test_the_launchers_own_options_are_left_to_it():
     assert split_launcher(["run", "train.py", "--x"]) == (["run", "train.py", "--x"], None)
     assert environment({"pause": ["module:a"], "ranks": "all", "grads": True}, {"DYNSTEP_PAUSE": "op:mm"}) == {
         "DYNSTEP_PAUSE": "op:mm,module:a", "DYNSTEP_RANKS": "all", "DYNSTEP_GRADS": "1"}
+
+
+def test_the_collective_timeout_is_raised_and_restored_through_compat():
+    import socket
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from dynstep import _compat
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+                            timeout=timedelta(seconds=42))
+    try:
+        assert _compat.pg_timeout() == timedelta(seconds=42)
+        assert _compat.set_pg_timeout(timedelta(days=1)) and _compat.pg_timeout() == timedelta(days=1)
+        _compat.set_pg_timeout(timedelta(seconds=42))
+        assert _compat.pg_timeout() == timedelta(seconds=42)
+        _compat.default_store().set("k", "v")
+        assert _compat.default_store().get("k") == b"v"
+    finally:
+        dist.destroy_process_group()
+        identity.reset()
