@@ -1,6 +1,7 @@
 """`dynstep report`'s page in headless Chromium: no console error, no request but its own file,
 the plots of a recorded two-step GPT training run, the first NaN of a planted-NaN run, a
-10,000-hit recording ready in under 3 s, and no script from user strings ever running.
+10,000-hit recording that pages, sorts and filters, and no script from user strings ever running.
+How fast the big page is ready is measured by bench/report_open.py, not asserted here.
 
 One browser for the module; skipped when Chromium is not installed (apt-get install -y chromium).
 """
@@ -112,12 +113,11 @@ def big_recording(path, calls=100, sites=50):
     return save(snaps, path)
 
 
-def test_a_10000_hit_recording_opens_in_under_3_seconds_and_pages_sorts_filters(browser, tmp_path):
+def test_a_10000_hit_recording_opens_and_pages_sorts_filters(browser, tmp_path):
     html = page_of(big_recording(tmp_path / "big.dynstep"), tmp_path / "big.html")
     page = browser.open(html)
     assert_offline_and_clean(page, html)
     assert page.ready["rows"] == 10_000 and page.ready["panels"] == 48
-    assert page.seconds < 3.0, f"ready after {page.seconds:.2f} s"
     assert page.evaluate("document.querySelectorAll('#hits-table tbody tr').length") == 100
     assert page.evaluate("document.getElementById('hit-page').textContent") == "page 1 of 100 \u00b7 10000 of 10000 hits"
     first = page.evaluate("(() => { const f = document.getElementById('hit-filter'); f.value = 'layers.17';"
