@@ -216,7 +216,10 @@ class Stepper(StepperCommands):
             self.frontend = wiring.make_frontend(kind, commands)
             if self.frontend is None:
                 self.detach("dynstep: stdin is not a terminal and no commands were given "
-                            "(commands= option, --commands, DYNSTEP_COMMANDS); not stopping, running to the end")
+                            "(commands= option, --commands, DYNSTEP_COMMANDS); not stopping, running to the end"
+                            + ("; serve the Debug Adapter Protocol to answer from elsewhere (dynstep run --dap PORT, "
+                               "DYNSTEP_DAP=PORT: rank r listens on PORT + r; then dynstep attach HOST:PORT)"
+                               if self.coordinator is not None else ""))
         return self.frontend
 
 
