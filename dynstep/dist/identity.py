@@ -51,16 +51,21 @@ def _env_identity() -> Identity | None:
     return Identity(rank, world, int(os.environ.get("LOCAL_RANK", "0") or 0), launcher, False)
 
 
+_from_env: "Identity | None" = None   # what the launcher's environment says, read once (it does not change)
+
+
 def current() -> Identity:
     """This process's rank; cached once a process group exists (before that it may still change)."""
-    global _cached
+    global _cached, _from_env
     if _cached is not None:
         return _cached
     found = _group_identity()
     if found is not None:
         _cached = found
         return found
-    return _env_identity() or Identity()
+    if _from_env is None:
+        _from_env = _env_identity() or Identity()
+    return _from_env
 
 
 def rank_world() -> tuple[int, int]:
@@ -71,5 +76,5 @@ def rank_world() -> tuple[int, int]:
 
 def reset() -> None:
     """Forget the cached identity (tests; a process group destroyed and made again)."""
-    global _cached
-    _cached = None
+    global _cached, _from_env
+    _cached = _from_env = None
