@@ -14,6 +14,7 @@ While the program runs, Ctrl-C pauses it at the next node (DAP pause).
 
 from __future__ import annotations
 
+import queue
 from typing import Any
 
 from rich.console import Console
@@ -67,7 +68,7 @@ class AttachSession:
     def loop(self) -> tuple[bool, str, int]:
         while True:
             try:
-                event = self.client.events.get()
+                event = self._next_event()
             except KeyboardInterrupt:
                 self.client.send("pause", {"threadId": self.thread_id})
                 continue
@@ -87,6 +88,16 @@ class AttachSession:
                 if not self.at_stop(body):
                     self._leave()
                     return True, "dynstep attach: detached; the program runs on", 0
+
+    def _next_event(self) -> dict[str, Any] | None:
+        """The next event, waking every 0.2 s: the kernel may hand Ctrl-C's SIGINT to another thread,
+        and Python runs the handler only when the main thread wakes (a blocked wait would hold it
+        until the program's next event, which a program running without output never sends)."""
+        while True:
+            try:
+                return self.client.events.get(timeout=0.2)
+            except queue.Empty:
+                continue
 
     def at_stop(self, body: dict[str, Any]) -> bool:
         """Show the stop and read commands until one resumes (True) or the user leaves (False)."""

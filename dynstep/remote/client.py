@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -39,6 +40,9 @@ class DapClient:
         self._reader = start_thread(self._read_loop, "dynstep-dap-client")
 
     def _read_loop(self) -> None:
+        if hasattr(signal, "pthread_sigmask") and threading.current_thread() is not threading.main_thread():
+            # Ctrl-C goes to the main thread (where `dynstep attach` turns it into a pause request)
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         reader = FrameReader(self.sock, frame_timeout=60.0)
         try:
             while (body := reader.read()) is not None:
