@@ -14,7 +14,11 @@ While the program runs, Ctrl-C pauses it at the next node (DAP pause).
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -41,11 +45,26 @@ def attach(address: str, *, token: str | None = None) -> tuple[bool, str, int]:
         return False, f"dynstep attach: cannot connect to {host}:{port} ({exc}); is `dynstep run --dap {port}` running?", 1
     session = AttachSession(client, _console)
     try:
-        return session.start(token)
+        with _ctrl_c_pauses():
+            return session.start(token)
     except ClientError as exc:
         return False, f"dynstep attach: {exc}", 1
     finally:
         client.close()
+
+
+@contextlib.contextmanager
+def _ctrl_c_pauses() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt here (a pause request, or `quit` at the prompt) even when this
+    process was started with SIGINT ignored, as a background job of a script is; restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class AttachSession:
