@@ -58,13 +58,8 @@ class CompileStopView(View):
                             "expensive": False, **({"presentationHint": hint} if hint else {})}
                            for name, hint, items in scopes]}
 
-    def stop_evaluate(self, args: dict[str, Any]) -> dict[str, Any]:
-        expr = args.get("expression")
-        if not isinstance(expr, str):
-            raise DapError("evaluate needs an expression (a string)")
-        frame = self.frame(args.get("frameId"))
-        if isinstance(frame, PyFrame):
-            return self.evaluated(expr, self.eval_python(frame, expr))
+    def evaluate_here(self, expr: str, args: dict[str, Any]) -> dict[str, Any]:
+        """At the compile-time stop: a symbolic local's text, or an expression over FakeTensors."""
         texts = {x.name: x.text for x in self.stop.locals}
         if expr.strip() in texts and expr.strip() not in self.fakes:
             return {"result": texts[expr.strip()], "variablesReference": 0}

@@ -107,6 +107,19 @@ class View:
         raise DapError("disassemble works at a stop in Dynamo's bytecode (dynstep run --step-bytecode --dap); "
                        "a compiled graph's listing is the frame's source")
 
+    def stop_evaluate(self, args: dict[str, Any]) -> dict[str, Any]:
+        """An expression in a Python frame of the stop, or at the stop itself (`evaluate_here`)."""
+        expr = args.get("expression")
+        if not isinstance(expr, str):
+            raise DapError("evaluate needs an expression (a string)")
+        frame = self.frame(args.get("frameId"))
+        if isinstance(frame, PyFrame):
+            return self.evaluated(expr, self.eval_python(frame, expr))
+        return self.evaluate_here(expr, args)
+
+    def evaluate_here(self, expr: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
     def frame(self, frame_id: Any) -> Any:
         if frame_id is None:
             return NodeFrame()
@@ -231,13 +244,8 @@ class StopView(View):
         except Exception as exc:
             raise DapError(f"{type(exc).__name__}: {exc}") from None
 
-    def stop_evaluate(self, args: dict[str, Any]) -> dict[str, Any]:
-        expr = args.get("expression")
-        if not isinstance(expr, str):
-            raise DapError("evaluate needs an expression (a string)")
-        frame = self.frame(args.get("frameId"))
-        if isinstance(frame, PyFrame):
-            return self.evaluated(expr, self.eval_python(frame, expr))
+    def evaluate_here(self, expr: str, args: dict[str, Any]) -> dict[str, Any]:
+        """At the node: a dynstep command typed in the console, else an expression like `p`'s."""
         if args.get("context") in ("repl", None) and _is_command(expr):
             return {"result": self.command(expr), "variablesReference": 0}
         return self.evaluated(expr, self.evaluate(expr))
