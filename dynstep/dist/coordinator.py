@@ -306,7 +306,11 @@ class Coordinator:
 
 
 def _attach_address(ident: identity.Identity) -> str:
-    """Where a client can answer this rank's pause: its DAP server (DYNSTEP_DAP: PORT + local rank)."""
+    """Where a client can answer this rank's pause: the job's debug adapter (DYNSTEP_DAP_JOB, set by
+    `dynstep run --dap PORT -m torch.distributed.run`), else its own DAP server (DYNSTEP_DAP: PORT + local rank)."""
+    job = os.environ.get("DYNSTEP_DAP_JOB", "").strip()
+    if job:
+        return f"dynstep attach {job} (thread: rank {ident.rank})"
     address = os.environ.get("DYNSTEP_DAP", "").strip()
     host, _, port = address.rpartition(":")
     if not port.isdigit():

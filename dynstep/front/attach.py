@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import signal
 import threading
 from collections.abc import Iterator
@@ -121,9 +122,11 @@ class AttachSession:
     def at_stop(self, body: dict[str, Any]) -> bool:
         """Show the stop and read commands until one resumes (True) or the user leaves (False)."""
         self.show_stop(body)
+        rank = re.match(r"(rank \d+): ", str(body.get("description", "")))   # a job's adapter names the rank
+        prompt = f"[{rank.group(1)}] {PROMPT}" if rank else PROMPT
         while True:
             try:
-                line = input(PROMPT).strip()
+                line = input(prompt).strip()
             except EOFError:
                 return False
             except KeyboardInterrupt:

@@ -61,50 +61,82 @@ def worker_flags(args: argparse.Namespace) -> list[str]:
 def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any],
            dap: Mapping[str, Any] | None = None, flags: Sequence[str] = ()) -> int:
     """Run torchrun here, its workers through `dynstep run`, the options in their environment
-    (with --dap PORT each worker serves the Debug Adapter Protocol on PORT + its local rank)."""
+    (with --dap PORT the job's debug adapter listens on PORT, one thread per rank: remote/job.py)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    from ..core.errors import OptionsError
-    from ..core.options import parse_ranks
-
-    try:
-        parse_ranks(overrides.get("ranks"))
-    except OptionsError as exc:
-        print(f"dynstep run: {exc}", file=sys.stderr)
-        return 2
     args = parse_args(list(script_args))
     problem = _check_world(overrides.get("ranks"), args)
     if problem:
         print(f"dynstep run: {problem}", file=sys.stderr)
         return 2
-    if args.no_python:
-        print("dynstep run: torchrun --no-python runs no Python script; dynstep cannot reach its workers",
-              file=sys.stderr)
-        return 2
     worker = ["-m", args.training_script] if args.module else [args.training_script]
     args.module, args.training_script = True, "dynstep"
     args.training_script_args = ["run", *flags, *worker, *args.training_script_args]
     os.environ.update(environment(overrides, os.environ))
+    adapter = None
     if dap is not None:
-        os.environ["DYNSTEP_DAP"] = str(dap["address"])
-        os.environ["DYNSTEP_DAP_WAIT"] = "1" if dap.get("wait") else "0"
-        if dap.get("token"):
-            os.environ["DYNSTEP_DAP_TOKEN"] = str(dap["token"])
+        adapter, problem = _serve_job(dap, args.nproc_per_node)
+        if adapter is None:
+            print(f"dynstep run --dap {dap['address']}: {problem}", file=sys.stderr)
+            return 2
+    code = 0
     try:
         run(args)
     except ChildFailedError as exc:
         codes = sorted({f.exitcode for f in exc.failures.values()})
-        return 3 if codes == [3] else 1
-    return 0
+        code = 3 if codes == [3] else 1
+    finally:
+        if adapter is not None:
+            adapter.job_ended(code)
+    return code
+
+
+def _serve_job(dap: Mapping[str, Any], nproc_per_node: str) -> tuple[Any, str]:
+    """The job's debug adapter on PORT (one thread per rank, remote/job.py); the worker with local rank i
+    serves its own on 127.0.0.1:PORT+1+i (DYNSTEP_DAP in its environment)."""
+    from torch.distributed.run import determine_local_world_size
+
+    from ..core.errors import OptionsError
+    from ..remote.api import parse_address
+    from ..remote.job import JobAdapter
+
+    try:
+        host, port = parse_address(dap["address"])
+        local = determine_local_world_size(str(nproc_per_node))
+    except (OptionsError, ValueError) as exc:
+        return None, str(exc)
+    if not 0 < port <= 65535 - local - 1:
+        return None, f"a torchrun job needs a fixed port with {local + 1} free above it (the job's adapter, then " \
+                     f"one per local rank), got {port}"
+    try:
+        adapter = JobAdapter(host, port, [("127.0.0.1", port + 1 + i) for i in range(local)],
+                             token=dap.get("token"))
+    except (OSError, ValueError) as exc:
+        return None, f"cannot serve the debug adapter protocol: {exc}"
+    os.environ["DYNSTEP_DAP"] = f"127.0.0.1:{port + 1}"
+    os.environ["DYNSTEP_DAP_JOB"] = f"{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{adapter.port}"
+    os.environ["DYNSTEP_DAP_WAIT"] = "1" if dap.get("wait") else "0"
+    if dap.get("token"):
+        os.environ["DYNSTEP_DAP_TOKEN"] = str(dap["token"])
+    print(f"dynstep: the job's debug adapter listens on {host}:{adapter.port}: one thread per rank "
+          f"(each rank also serves on 127.0.0.1:{port + 1}..{port + local})", file=sys.stderr)
+    return adapter, ""
 
 
 def _check_world(ranks: Any, args: argparse.Namespace) -> str:
-    """--ranks against a world size torchrun fixes on its command line (--nnodes N --nproc-per-node M)."""
+    """--ranks (and against a world size torchrun fixes on its command line: --nnodes N --nproc-per-node M),
+    and a launcher dynstep can reach the workers of: the problem, or ""."""
     from ..core.errors import OptionsError
     from ..core.options import parse_ranks
     from ..dist.ranks import chosen
 
+    try:
+        parse_ranks(ranks)
+    except OptionsError as exc:
+        return str(exc)
+    if args.no_python:
+        return "torchrun --no-python runs no Python script; dynstep cannot reach its workers"
     low, _, high = str(args.nnodes).partition(":")
     nodes, procs = (low if high in ("", low) else "elastic"), str(args.nproc_per_node)
     if not (nodes.isdigit() and procs.isdigit()):

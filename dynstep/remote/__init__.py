@@ -15,7 +15,8 @@ and injects inside compiled graphs through the runtime stepper:
     variables    values as DAP variables (tensors: shape, dtype, device, stats, paged rows)
     sources      virtual sources: graph listings, the graph so far, guards
     adapter      the stepper's front end for a client (`DapFrontend`), the output-event sink
-    client       a small DAP client (`dynstep attach`, tests)
+    client       a small DAP client (`dynstep attach`, tests, the job's adapter)
+    job, jobids  the job's adapter: the ranks of a torchrun node as threads of one session
     api          serve_dap(), DYNSTEP_DAP
 
 Engine only: no rich, no front-end import; it reaches the stepper through `dynstep.core.wiring`.

@@ -8,7 +8,8 @@ From then on every graph superstep compiles gets stop points (a client may set b
 time; graphs without one run their plain variant), and stops are answered by the client.
 `dynstep run --dap PORT` calls it before the script starts; DYNSTEP_DAP=PORT (DYNSTEP_DAP_WAIT=1,
 DYNSTEP_DAP_TOKEN) starts it at the first superstep compile. Under torchrun each local rank
-serves on PORT + LOCAL_RANK.
+serves on PORT + LOCAL_RANK (`dynstep run --dap PORT -m torch.distributed.run` gives the workers
+PORT + 1 and serves the job's adapter, one thread per rank, on PORT: job.py).
 """
 
 from __future__ import annotations

@@ -27,15 +27,15 @@ class ClientError(Exception):
 
 class DapClient:
     def __init__(self, host: str, port: int, *, timeout: float = 10.0,
-                 on_message: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_message: Callable[[dict[str, Any]], None] | None = None, queue_events: bool = True) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.settimeout(None)
         self.timeout = timeout
-        self.on_message = on_message
+        self.on_message, self.queue_events = on_message, queue_events
         self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._seq = 0
         self._lock = threading.Lock()
-        self._waiting: dict[int, queue.Queue[dict[str, Any] | None]] = {}
+        self._waiting: dict[int, queue.Queue[dict[str, Any] | None] | Callable[[dict[str, Any] | None], None]] = {}
         self.closed = threading.Event()
         self._reader = start_thread(self._read_loop, "dynstep-dap-client")
 
@@ -52,9 +52,8 @@ class DapClient:
                 if msg.get("type") == "response":
                     with self._lock:
                         waiter = self._waiting.pop(msg.get("request_seq"), None)
-                    if waiter is not None:
-                        waiter.put(msg)
-                else:
+                    _deliver(waiter, msg)
+                elif self.queue_events:
                     self.events.put(msg)
         except (OSError, ProtocolError, ValueError):
             pass
@@ -63,12 +62,18 @@ class DapClient:
             with self._lock:
                 waiters, self._waiting = list(self._waiting.values()), {}
             for waiter in waiters:
-                waiter.put(None)
+                _deliver(waiter, None)
             self.events.put(None)
 
-    def send(self, command: str, arguments: dict[str, Any] | None = None) -> queue.Queue:
-        waiter: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    def send(self, command: str, arguments: dict[str, Any] | None = None,
+             on_response: Callable[[dict[str, Any] | None], None] | None = None) -> queue.Queue:
+        """Send a request; its response (None when the connection closed first) arrives in the returned
+        queue, or is passed to `on_response` on the reader thread."""
+        waiter: Any = queue.Queue() if on_response is None else on_response
         with self._lock:
+            if self.closed.is_set():
+                _deliver(waiter, None)
+                return waiter
             self._seq += 1
             self._waiting[self._seq] = waiter
             msg: dict[str, Any] = {"seq": self._seq, "type": "request", "command": command}
@@ -118,3 +123,12 @@ class DapClient:
         except OSError:
             pass
         self.sock.close()
+
+
+def _deliver(waiter: Any, msg: dict[str, Any] | None) -> None:
+    if waiter is None:
+        return
+    if callable(waiter):
+        waiter(msg)
+    else:
+        waiter.put(msg)

@@ -69,6 +69,68 @@ def parse_content_length(header: bytes) -> int:
     return length
 
 
+class BadRequest(Exception):
+    """A frame that is not a well-formed request. `req` is what can be answered (seq and command),
+    or None when nothing can be (not JSON, no integer seq): then the connection is closed."""
+
+    def __init__(self, why: str, req: dict[str, Any] | None) -> None:
+        super().__init__(why)
+        self.req = req
+
+
+def parse_request(body: bytes) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """A client's frame as (req: its seq and command, the command, its arguments); BadRequest otherwise."""
+    try:
+        msg = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadRequest(f"a frame that is not JSON ({exc})", None) from None
+    seq = msg.get("seq") if isinstance(msg, dict) else None
+    if type(seq) is not int or seq < 1:
+        raise BadRequest("a message that is not a DAP message (an object with an integer seq >= 1)", None)
+    command = msg.get("command")
+    req = {"seq": seq, "command": command if isinstance(command, str) else ""}
+    if msg.get("type") != "request" or not isinstance(command, str):
+        raise BadRequest("not a DAP request (type 'request' and a command are needed)", req)
+    args = msg.get("arguments")
+    args = {} if args is None else args
+    if not isinstance(args, dict):
+        raise BadRequest("arguments must be an object", req)
+    return req, command, args
+
+
+def response(req: dict[str, Any], body: Any = None, *, error: str | None = None) -> dict[str, Any]:
+    """The response to `req`: its body, or `success: false` with the message (also as the body's
+    error, which VS Code shows; braces escaped, they are its placeholders)."""
+    msg: dict[str, Any] = {"type": "response", "request_seq": req["seq"], "command": req["command"],
+                           "success": error is None}
+    if error is not None:
+        msg["message"] = error
+        msg["body"] = {"error": {"id": 1, "format": error.replace("{", "{{").replace("}", "}}"), "showUser": False}}
+    elif body is not None:
+        msg["body"] = body
+    return msg
+
+
+def reply(conn: "Connection", req: dict[str, Any], body: Any = None, *, error: str | None = None) -> None:
+    """Send the response to `req`; a body that cannot be encoded (a stray object) is said as an error."""
+    try:
+        conn.send(response(req, body, error=error))
+    except (ValueError, TypeError) as exc:
+        conn.send(response(req, error=f"internal error: the response could not be encoded: {exc}"))
+
+
+def notify(conn: "Connection", name: str, body: dict[str, Any] | None = None) -> str:
+    """Send an event; "" when sent, else why it could not be encoded (the caller says so)."""
+    msg: dict[str, Any] = {"type": "event", "event": name}
+    if body is not None:
+        msg["body"] = body
+    try:
+        conn.send(msg)
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return ""
+
+
 def encode(msg: dict[str, Any]) -> bytes:
     body = json.dumps(msg, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
     return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)

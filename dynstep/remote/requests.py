@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.events import Warning_, emit
+from ..dist import identity
 from ..step.graphs import GRAPHS
 from ..step.stepper import STEPPER
 from .breakpoints import Breakpoints
@@ -135,8 +136,7 @@ class SessionRequests:
             self.state = "attached"
         self.respond(conn, req)
         self.event("initialized", None, conn)
-        self.event("process", {"name": os.path.basename(sys.argv[0] or "python"), "systemProcessId": os.getpid(),
-                               "isLocalProcess": True, "startMethod": "attach"}, conn)
+        self.event("process", process_body(), conn)
         return ANSWERED
 
     def _check_token(self, args: dict[str, Any], *, required: bool) -> bool:
@@ -226,6 +226,18 @@ class SessionRequests:
         elif held is None:
             STEPPER.interrupt()          # inside compiled code: the next stop point ends it
             _thread.interrupt_main()     # in Python code: KeyboardInterrupt in the main thread
+
+
+def process_body() -> dict[str, Any]:
+    """The `process` event: this program; in a distributed job also its rank (`dynstepRank`,
+    `dynstepWorldSize`: how a job adapter, remote/job.py, names this rank's threads)."""
+    body: dict[str, Any] = {"name": os.path.basename(sys.argv[0] or "python"), "systemProcessId": os.getpid(),
+                            "isLocalProcess": True, "startMethod": "attach"}
+    ident = identity.current()
+    if ident.multi:
+        body.update(name=f"{body['name']} (rank {ident.rank} of {ident.world})", dynstepRank=ident.rank,
+                    dynstepWorldSize=ident.world)
+    return body
 
 
 HANDLERS = {name[4:]: fn for name, fn in vars(SessionRequests).items() if name.startswith("req_")}

@@ -20,7 +20,6 @@ ever raises into the program or blocks it. When the client goes away mid-stop th
 
 from __future__ import annotations
 
-import json
 import queue
 import socket
 import sys
@@ -30,7 +29,8 @@ from typing import Any
 
 from ..core.events import Warning_, emit
 from ..step.graphs import GRAPHS
-from .protocol import ANSWERED, FRAME_TIMEOUT_S, Connection, DapError, ProtocolError, start_thread
+from .protocol import (ANSWERED, FRAME_TIMEOUT_S, BadRequest, Connection, DapError, ProtocolError, notify,
+                       parse_request, reply, start_thread)
 from .requests import SessionRequests, is_loopback
 
 SESSION_COMMANDS = frozenset({"initialize", "attach", "launch", "setBreakpoints", "setFunctionBreakpoints",
@@ -201,20 +201,11 @@ class DapServer(SessionRequests):
 
     def _dispatch(self, conn: Connection, body: bytes) -> None:
         try:
-            msg = json.loads(body)
-        except (UnicodeDecodeError, ValueError) as exc:
-            return self._unanswerable(conn, f"a frame that is not JSON ({exc})")
-        seq = msg.get("seq") if isinstance(msg, dict) else None
-        if type(seq) is not int or seq < 1:
-            return self._unanswerable(conn, "a message that is not a DAP message (an object with an integer seq >= 1)")
-        command = msg.get("command")
-        req = {"seq": seq, "command": command if isinstance(command, str) else ""}
-        if msg.get("type") != "request" or not isinstance(command, str):
-            return self.respond(conn, req, error="not a DAP request (type 'request' and a command are needed)")
-        args = msg.get("arguments")
-        args = {} if args is None else args
-        if not isinstance(args, dict):
-            return self.respond(conn, req, error="arguments must be an object")
+            req, command, args = parse_request(body)
+        except BadRequest as exc:
+            if exc.req is None:
+                return self._unanswerable(conn, str(exc))
+            return self.respond(conn, exc.req, error=str(exc))
         if command in SESSION_COMMANDS:
             self._answer(conn, req, lambda: self.session_request(conn, req, command, args))
             if command == "disconnect":
@@ -253,30 +244,12 @@ class DapServer(SessionRequests):
         self.drop(conn)
 
     def respond(self, conn: Connection, req: dict[str, Any], body: Any = None, *, error: str | None = None) -> None:
-        msg: dict[str, Any] = {"type": "response", "request_seq": req["seq"], "command": req["command"],
-                               "success": error is None}
-        if error is not None:
-            msg["message"] = error
-            msg["body"] = {"error": {"id": 1, "format": error.replace("{", "{{").replace("}", "}}"),
-                                     "showUser": False}}
-        elif body is not None:
-            msg["body"] = body
-        try:
-            conn.send(msg)
-        except (ValueError, TypeError) as exc:   # a body that is not JSON (a stray object): say so instead
-            self.respond(conn, req, error=f"internal error: the response could not be encoded: {exc}")
+        reply(conn, req, body, error=error)
 
     def event(self, name: str, body: dict[str, Any] | None = None, conn: Connection | None = None) -> None:
         conn = conn or self.conn
-        if conn is None:
-            return
-        msg: dict[str, Any] = {"type": "event", "event": name}
-        if body is not None:
-            msg["body"] = body
-        try:
-            conn.send(msg)
-        except (ValueError, TypeError) as exc:
-            emit(Warning_(f"debug adapter: dropped an event {name!r} that could not be encoded: {exc}"))
+        if conn is not None and (problem := notify(conn, name, body)):
+            emit(Warning_(f"debug adapter: dropped an event {name!r} that could not be encoded: {problem}"))
 
 
 def _untrace_for_debugpy() -> bool:

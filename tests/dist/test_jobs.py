@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -158,33 +159,97 @@ def test_step_all_advances_every_paused_rank_in_lockstep(tmp_path):
     assert_trained_like(results(tmp_path), job.simulate(steps=2))
 
 
-def test_one_debug_adapter_per_rank_answers_that_ranks_pause(tmp_path):
-    """`dynstep run --dap PORT ... -m torch.distributed.run`: rank r serves PORT + r; rank 1's session stops at
-    the pause, asks rank 0 from the debug console (`p@0`), shows `ranks`, continues; the job ends cleanly."""
+def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
+    """`dynstep run --dap PORT --ranks all ... -m torch.distributed.run`: the client attaches to PORT once and
+    sees rank 0 and rank 1 as threads; both stop at the pause at once, each is asked and answered on its own
+    thread (`p`, `ranks`, `set` on rank 1 only), both continue; the job ends with `exited` 0 and the losses
+    equal eager with rank 1's change. Every message is checked against the protocol's schema."""
     from ..remote.dap import Client
 
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--dap", str(port), "--wait", "--ranks", "1",
+    port = _free_port_run(3)
+    proc = subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--dap", str(port), "--wait", "--ranks", "all",
                              "--pause", "module:layers.1", "-m", "torch.distributed.run", "--nproc-per-node", "2",
                              "--standalone", JOB, "--out", str(tmp_path)], cwd=ROOT, env=env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        clients = [_attach(Client, port + r) for r in (0, 1)]
-        answers = []
-        for _ in range(2):   # both training steps pause on rank 1
-            stopped = clients[1].wait_event("stopped", timeout=90)["body"]
-            frame = clients[1].request("stackTrace", {"threadId": stopped["threadId"]})["stackFrames"][0]
-            for line in ("ranks", "p@0 value.mean()"):
-                answers.append(clients[1].request("evaluate", {"expression": line, "frameId": frame["id"],
-                                                               "context": "repl"})["result"])
-            clients[1].request("continue", {"threadId": stopped["threadId"]})
+        client = _attach(Client, port)
+        names = {}
+        answers: dict[str, list[str]] = {}
+        for step in range(2):   # both training steps pause on both ranks
+            stops = [client.wait_event("stopped", timeout=90)["body"] for _ in range(2)]
+            if step == 0:
+                names = {t["id"]: t["name"] for t in client.request("threads")["threads"]}
+            for stop in stops:
+                assert stop["reason"] == "breakpoint" or stop["reason"] == "pause", stop
+                rank = names[stop["threadId"]].split(" · ")[0]
+                frame = client.request("stackTrace", {"threadId": stop["threadId"]})["stackFrames"][0]
+                for line in ("value.shape", "ranks") + (("set value = value * 0.5",) if rank == "rank 1" and step == 0 else ()):
+                    answers.setdefault(rank, []).append(
+                        client.request("evaluate", {"expression": line, "frameId": frame["id"], "context": "repl"})["result"])
+            for stop in stops:
+                client.request("continue", {"threadId": stop["threadId"]})
+        exited = client.wait_event("exited", timeout=120)["body"]
         out = proc.communicate(timeout=120)[0]
     finally:
         proc.kill()
     assert proc.returncode == 0, out[-3000:]
-    assert "rank 0: waiting at stop #1 x_3" in answers[0] and "rank 1: paused (this prompt)" in answers[0]
-    assert answers[1].startswith("[rank 0]\nvalue.mean() = tensor(")
+    assert exited["exitCode"] == 0
+    assert sorted(names.values()) == ["rank 0 · MainThread", "rank 1 · MainThread"], names
+    assert "torch.Size([3, 6, 16])" in answers["rank 0"][0] and "torch.Size([3, 6, 16])" in answers["rank 1"][0]
+    assert "rank 0: paused" in answers["rank 0"][1] and "rank 1: paused" in answers["rank 0"][1]
+    outputs = [m["body"]["output"] for m in client.received if m.get("event") == "output"]
+    assert "dynstep: rank 0 exited with code 0\n" in outputs and "dynstep: rank 1 exited with code 0\n" in outputs
+    assert not [o for o in outputs if "refused" in o or "closed its connection" in o], outputs
+    assert not client.invalid, client.invalid[:3]
+    assert "the job's debug adapter listens on 127.0.0.1:" in out
+    assert_trained_like(results(tmp_path), job.simulate(steps=2, scales={1: 0.5}))
+
+
+def test_dynstep_attach_drives_every_rank_through_the_jobs_adapter(tmp_path):
+    """`dynstep attach PORT` (commands on stdin) takes each rank's stop in turn, its prompt naming the rank."""
+    port = _free_port_run(3)
+    proc = subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--dap", str(port), "--wait", "--ranks", "all",
+                             "--pause", "module:layers.1", "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                             "--standalone", JOB, "--out", str(tmp_path)], cwd=ROOT, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(100):    # until the launcher listens
+            attach = subprocess.run([sys.executable, "-m", "dynstep", "attach", f"127.0.0.1:{port}"], env=env(),
+                                    cwd=ROOT, input="p value.shape\nc\n" * 4, capture_output=True, text=True,
+                                    timeout=150)
+            if "cannot connect" not in attach.stderr:
+                break
+            time.sleep(0.2)
+        out = proc.communicate(timeout=120)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    text = attach.stdout + attach.stderr
+    assert attach.returncode == 0, text[-3000:]
+    assert len(re.findall(r"── breakpoint · rank [01]: pause selector module:layers.1 at x_3", text)) == 4, text
+    prompts = attach.stdout    # input() writes its prompt to stdout; the REPL's console is stderr
+    assert prompts.count("[rank 0] (dynstep) ") == 4 and prompts.count("[rank 1] (dynstep) ") == 4, prompts
+    assert attach.stderr.count("value.shape = torch.Size([3, 6, 16])") == 4
+    assert "the program exited with code 0" in text
     assert_trained_like(results(tmp_path), job.simulate(steps=2))
+
+
+def _free_port_run(count: int) -> int:
+    """A port with `count` free ports from it (the job's adapter and one per local rank)."""
+    for _ in range(50):
+        port = _free_port()
+        if port + count < 65535 and all(_is_free(port + i) for i in range(count)):
+            return port
+    raise RuntimeError("no run of free ports")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _attach(client_class, port: int):

@@ -1,0 +1,128 @@
+"""The job's debug adapter (remote/job.py) in one process: two real DapServers stand in for the ranks'
+servers, a validating client attaches to the adapter. The full job (torchrun, two ranks stopping at
+once) is tests/dist/test_jobs.py::test_one_debug_adapter_for_the_job_with_a_thread_per_rank."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from dynstep.remote import job as job_mod
+from dynstep.remote.job import JobAdapter
+from dynstep.remote.jobids import JobIds
+from dynstep.remote.server import DapServer
+
+from .dap import Client
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ranks():
+    servers = [DapServer("127.0.0.1", 0), DapServer("127.0.0.1", 0)]
+    adapter = JobAdapter("127.0.0.1", 0, [("127.0.0.1", s.port) for s in servers])
+    yield adapter, servers
+    adapter.close()
+    for s in servers:
+        s.close()
+
+
+def attached(adapter: JobAdapter) -> Client:
+    client = Client(adapter.port, timeout=20)
+    client.attach()
+    return client
+
+
+def test_ids_are_unique_per_rank_and_route_back():
+    ids = JobIds(3)
+    body = {"stackFrames": [{"id": 4, "source": {"sourceReference": 2}, "instructionPointerReference": "c1@8"}],
+            "variablesReference": 0, "threadId": 1}
+    up = ids.up(2, body, "stackTrace")
+    assert up["variablesReference"] == 0 and up["threadId"] == 1 * 3 + 2
+    assert up["stackFrames"][0]["id"] == 4 * 3 + 2
+    assert up["stackFrames"][0]["source"]["sourceReference"] == 2 * 3 + 2
+    assert up["stackFrames"][0]["instructionPointerReference"] == "2:c1@8"
+    assert ids.route({"frameId": 4 * 3 + 2}) == 2 and ids.route({"threadId": 3}) == 0
+    assert ids.route({"source": {"sourceReference": 8}}) == 2
+    assert ids.route({"memoryReference": "1:c1@8"}) == 1 and ids.route({"expression": "x"}) is None
+    assert ids.down({"variablesReference": 7 * 3 + 1, "memoryReference": "1:c1@8"}) == \
+        {"variablesReference": 7, "memoryReference": "c1@8"}
+
+
+def test_one_thread_per_rank_and_breakpoints_reach_every_rank(ranks):
+    adapter, servers = ranks
+    client = attached(adapter)
+    bps = client.request("setFunctionBreakpoints", {"breakpoints": [{"name": "module:layers.1"}]})["breakpoints"]
+    client.request("configurationDone")
+    assert all(s.configured.wait(5) for s in servers)
+    # every rank has the breakpoint, with the id the client was given
+    assert [(b.id, b.kind) for s in servers for b in s.breakpoints.all()] == [(bps[0]["id"], "function")] * 2
+    threads = client.request("threads")["threads"]
+    assert sorted(t["name"] for t in threads) == ["rank 0 · MainThread", "rank 1 · MainThread"]
+    assert len({t["id"] for t in threads}) == 2
+    servers[1].output("loss 0.25\nstep 2")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any("loss" in str(m.get("body")) for m in client.received):
+        time.sleep(0.05)
+    outputs = [m["body"]["output"] for m in client.received if m.get("event") == "output"]
+    assert "[rank 1] loss 0.25\n[rank 1] step 2\n" in outputs
+    assert not client.invalid, client.invalid
+    client.request("disconnect")
+    client.close()
+    for s in servers:
+        assert s.disconnected.wait(5)      # each rank's server lost its client: the program runs on
+
+
+def test_a_rank_that_starts_later_gets_the_whole_session(monkeypatch):
+    monkeypatch.setattr(job_mod, "ATTACH_WAIT_S", 0.5)
+    port = _free_port()
+    first = DapServer("127.0.0.1", 0)
+    adapter = JobAdapter("127.0.0.1", 0, [("127.0.0.1", first.port), ("127.0.0.1", port)])
+    late = None
+    try:
+        client = attached(adapter)
+        client.request("setFunctionBreakpoints", {"breakpoints": [{"name": "op:relu"}]})
+        client.request("configurationDone")
+        late = DapServer("127.0.0.1", port)
+        assert late.configured.wait(10)           # the replay ended with configurationDone
+        assert late.state == "configured"
+        names = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(names) < 2:
+            names = [t["name"] for t in client.request("threads")["threads"]]
+        assert len(names) == 2
+        outputs = [m["body"]["output"] for m in client.received if m.get("event") == "output"]
+        assert any("not yet connected to local rank 1" in o for o in outputs), outputs
+        assert not client.invalid, client.invalid
+    finally:
+        adapter.close()
+        first.close()
+        if late is not None:
+            late.close()
+
+
+def test_requests_for_no_rank_and_a_wrong_token_are_clear_errors():
+    adapter = JobAdapter("0.0.0.0", 0, [], token="s3cret")
+    try:
+        client = Client(adapter.port, timeout=10)
+        client.request("initialize", {"adapterID": "dynstep"})
+        response = client.response("attach", {"token": "nope"})
+        assert not response["success"] and "needs its token" in response["message"]
+        client.close()
+        client = Client(adapter.port, timeout=10)
+        client.request("initialize", {"adapterID": "dynstep"})
+        client.request("attach", {"token": "s3cret"})
+        response = client.response("stackTrace", {"threadId": 1})
+        assert not response["success"] and "no rank is yet connected" in response["message"]
+        assert not client.invalid, client.invalid
+        client.close()
+    finally:
+        adapter.close()
+    with pytest.raises(ValueError, match="needs a token"):
+        JobAdapter("0.0.0.0", 0, [])
