@@ -1,6 +1,6 @@
 """The DAP session again, driven by Microsoft's DebugClient (npm @vscode/debugadapter-testsupport) from a
 small Node test (tests/dap_node/). Skips when node, npm or the installed test client are missing
-(.ci/run installs it with `npm ci` where npm exists)."""
+(.ci/run installs it with `npm ci` where npm exists). job.test.js drives the job adapter of a two-rank torchrun job."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .dap import ROOT, env
 NODE_DIR = ROOT / "tests" / "dap_node"
 
 
-def test_microsofts_debug_client_runs_the_whole_session():
+def test_microsofts_debug_client_runs_the_whole_session_and_a_torchrun_job():
     node = shutil.which("node")
     if node is None or shutil.which("npm") is None:
         pytest.skip("node and npm are not installed")
@@ -24,4 +24,4 @@ def test_microsofts_debug_client_runs_the_whole_session():
     proc = subprocess.run([node, "--test", "--test-timeout=300000", "test/"], cwd=str(NODE_DIR),
                           env={**env(), "PYTHON": sys.executable}, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert "# pass 1" in proc.stdout and "# fail 0" in proc.stdout
+    assert "# pass 2" in proc.stdout and "# fail 0" in proc.stdout      # sequence.test.js, job.test.js
