@@ -64,16 +64,12 @@ def configure_stepper(opts: Options) -> None:
 def _coordinate(opts: Options) -> None:
     """In a distributed job every rank meets the others at each stop point (dynstep.dist): the
     coordinator goes into the stepper's slot; which rank this is, is found at the first stop point."""
-    from dynstep.dist import identity
+    from dynstep.dist.coordinator import for_job
 
-    if opts.ranks is None and not identity.current().multi:
-        return
     if STEPPER.coordinator is None:
-        from dynstep.dist.coordinator import Coordinator
-
-        STEPPER.coordinator = Coordinator(opts.ranks)
+        STEPPER.coordinator = for_job(opts.ranks)
     elif opts.ranks is not None:
-        STEPPER.coordinator.ranks = opts.ranks   # type: ignore[attr-defined]
+        STEPPER.coordinator.set_ranks(opts.ranks)
 
 
 def insert_pauses(gm: torch.fx.GraphModule, plan: PausePlan) -> list[Site]:

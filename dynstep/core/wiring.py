@@ -55,6 +55,7 @@ _loaded = False
 _sink: Sink | None = None
 _factory: FrontendFactory | None = None
 _renderers: dict[str, Callable[..., Any]] = {}
+_coordinators: Callable[[Any], Any] | None = None
 
 
 def install_sink(sink: Sink, *, replace: bool = True) -> None:
@@ -81,6 +82,21 @@ def register_renderer(name: str, fn: Callable[..., Any], *, replace: bool = True
     with _lock:
         if replace or name not in _renderers:
             _renderers[name] = fn
+
+
+def install_coordinator_factory(factory: Callable[[Any], Any] | None, *, replace: bool = True) -> None:
+    """How a distributed job's coordinator is made for the stepper's slot: ``factory(ranks)`` returns
+    one (dynstep.dist.coordinator.for_job), or None in a single process."""
+    global _coordinators
+    with _lock:
+        if replace or _coordinators is None:
+            _coordinators = factory
+
+
+def make_coordinator(ranks: Any) -> Any:
+    """A coordinator for `ranks` (the parsed option) in a distributed job, else None."""
+    _load()
+    return _coordinators(ranks) if _coordinators is not None else None
 
 
 def _load() -> None:

@@ -40,6 +40,13 @@ ANSWER_TIMEOUT = 60.0   # p@N waits this long for rank N's answer (s)
 Serve = Callable[[str], list]
 
 
+def for_job(ranks: str | tuple[int, ...] | None) -> "Coordinator | None":
+    """The coordinator for the stepper's slot: in a distributed job (or when ranks are named), else None."""
+    if ranks is None and not identity.current().multi:
+        return None
+    return Coordinator(ranks)
+
+
 class Coordinator:
     def __init__(self, ranks: str | tuple[int, ...] | None = None) -> None:
         self.ranks = ranks
@@ -63,6 +70,12 @@ class Coordinator:
                 self.heartbeat = Heartbeat(self.store.clone(), ident.rank)
             self.ident = ident
         return self.ident
+
+    def set_ranks(self, ranks: str | tuple[int, ...] | None) -> None:
+        """The ranks that pause, as a later compile's options say (checked again once the job is known)."""
+        self.ranks = ranks
+        if self.ident is not None:
+            self.pausers = check_job(ranks, self.ident)
 
     @property
     def alone(self) -> bool:

@@ -15,7 +15,10 @@ from typing import Any
 
 import torch
 
-from ..core.events import CompileViewShown, emit
+from ..core import wiring
+from ..core.errors import Abort, OptionsError
+from ..core.events import CompileViewShown, Info, Warning_, emit
+from ..core.options import parse_ranks
 from ..core.sites import SITES, Site
 from .compile_stop import CompileStop, CompileStopCommands
 from .stepper import STEPPER
@@ -38,10 +41,32 @@ def _stepper():
 
 
 def present_compile_stop(stop: CompileStop, fakes: dict[str, Any]) -> None:
+    """Let the front end answer a compile-time stop. In a distributed job only the ranks that may pause
+    stop (the others compile on), one at a time at the launcher's terminal; `q` ends every rank."""
     stepper = _stepper()
     frontend = stepper.active_frontend()
     if frontend is None:
         return
+    coord = _job(stepper)
+    if coord is not None and not coord.may_pause():
+        emit(Info(f"dynstep: rank {coord.resolve().rank} compiles on past the compile-time stop at {stop.location} "
+                  "(not one of the ranks that pause: --ranks, DYNSTEP_RANKS)"))
+        return
+    if coord is not None:
+        coord.enter_pause({"node": f"compile-time stop {stop.location}", "graph": f"compile {stop.compile_id}",
+                           "source": stop.location}, None, turn=getattr(frontend, "shares_terminal", False))
+    try:
+        _answer_compile_stop(stepper, frontend, stop, fakes)
+    except Abort as exc:
+        if coord is None:
+            raise
+        raise coord.quit_all(str(exc)) from None
+    finally:
+        if coord is not None:
+            coord.leave_pause()
+
+
+def _answer_compile_stop(stepper: Any, frontend: Any, stop: CompileStop, fakes: dict[str, Any]) -> None:
     cmds = CompileStopCommands(stop, fakes)
     emit(CompileViewShown(cmds.header()))
     read = getattr(frontend, "read", None)
@@ -57,6 +82,22 @@ def present_compile_stop(stop: CompileStop, fakes: dict[str, Any]) -> None:
             return
         if cmds.execute(line):
             return
+
+
+def _job(stepper: Any) -> Any:
+    """The distributed job's coordinator, made now when no superstep compile has plugged one in yet
+    (a compile-time stop comes before its graph reaches the backend); None in a single process."""
+    if stepper.coordinator is None:
+        try:
+            stepper.coordinator = wiring.make_coordinator(parse_ranks(os.environ.get("DYNSTEP_RANKS") or None))
+        except OptionsError:
+            return None      # the backend says what is wrong with it, at this graph's compile
+    coord = stepper.coordinator
+    try:
+        return None if coord is None or coord.alone else coord
+    except OptionsError as exc:       # ranks this job does not have
+        emit(Warning_(f"compile-time stop: {exc}"))
+        return None
 
 
 def runtime_stop(bp: Any, values: dict[str, torch.Tensor], *, writable_names: set[str]) -> None:

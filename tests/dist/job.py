@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 DIM, SEQ, BATCH, WORLD = 16, 6, 3, 2
+BREAKPOINT = os.environ.get("JOB_BREAKPOINT") == "1"     # dynstep.breakpoint() in each block (compile time)
 
 
 class Block(nn.Module):
@@ -29,6 +30,10 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(DIM, 2 * DIM), nn.GELU(), nn.Linear(2 * DIM, DIM))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if BREAKPOINT:
+            import dynstep
+
+            dynstep.breakpoint(run=False)      # a compile-time stop only
         q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
         att = torch.softmax(q @ k.transpose(-1, -2) / DIM ** 0.5, dim=-1)
         x = x + self.proj(att @ v)

@@ -159,6 +159,18 @@ def test_step_all_advances_every_paused_rank_in_lockstep(tmp_path):
     assert_trained_like(results(tmp_path), job.simulate(steps=2))
 
 
+def test_a_compile_time_breakpoint_stops_only_the_ranks_that_pause(tmp_path):
+    """dynstep.breakpoint() in each block: rank 1 stops at compile time (both blocks), rank 0 compiles on."""
+    done = torchrun("--out", str(tmp_path), environ={**env(ranks="1", commands="locals; c; c"), "JOB_BREAKPOINT": "1"})
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-3000:]
+    assert text.count("compile-time stop in forward") == 2, text[-3000:]
+    assert "x = FakeTensor float32[3, 6, 16] cpu" in text
+    assert text.count("dynstep: rank 0 compiles on past the compile-time stop at job.py:") == 2
+    assert "rank 1 compiles on" not in text
+    assert_trained_like(results(tmp_path), job.simulate(steps=2))
+
+
 def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
     """`dynstep run --dap PORT --ranks all ... -m torch.distributed.run`: the client attaches to PORT once and
     sees rank 0 and rank 1 as threads; both stop at the pause at once, each is asked and answered on its own
