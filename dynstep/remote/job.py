@@ -35,7 +35,7 @@ from typing import Any
 from ..core.events import Warning_, emit
 from .client import ClientError, DapClient
 from .jobids import JobIds
-from .protocol import BadRequest, Connection, ProtocolError, notify, parse_request, reply, start_thread
+from .protocol import BadRequest, Connection, notify, parse_request, reply, start_thread
 from .requests import CAPABILITIES, is_loopback
 
 CONFIG = frozenset({"setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints"})
@@ -95,15 +95,8 @@ class JobAdapter:
 
     def _read_loop(self, conn: Connection) -> None:
         try:
-            while not conn.closed.is_set():
-                try:
-                    body = conn.reader.read()
-                except (ProtocolError, OSError) as exc:
-                    if not conn.closed.is_set():
-                        emit(Warning_(f"job debug adapter: closing the client's connection: {exc}"))
-                    break
-                if body is None:
-                    break
+            for body in conn.bodies(lambda exc: emit(Warning_(f"job debug adapter: closing the client's connection: "
+                                                              f"{exc}"))):
                 try:
                     req, command, args = parse_request(body)
                 except BadRequest as exc:

@@ -24,6 +24,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 MAX_HEADER_BYTES = 8 * 1024
@@ -203,6 +204,20 @@ class Connection:
         self.lock = threading.Lock()
         self.closed = threading.Event()
         self.writer = start_thread(self._write_loop, "dynstep-dap-writer")
+
+    def bodies(self, broken: Callable[[Exception], None]) -> Iterator[bytes]:
+        """The client's frames until it leaves; a stream that cannot be trusted any more ends them
+        and is passed to `broken` (unless this side closed it)."""
+        while not self.closed.is_set():
+            try:
+                body = self.reader.read()
+            except (ProtocolError, OSError) as exc:
+                if not self.closed.is_set():
+                    broken(exc)
+                return
+            if body is None:
+                return
+            yield body
 
     def send(self, msg: dict[str, Any]) -> None:
         """Queue one message (seq assigned here); raises ValueError/TypeError if it cannot be encoded."""

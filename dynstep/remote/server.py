@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core.events import Warning_, emit
 from ..step.graphs import GRAPHS
-from .protocol import (ANSWERED, FRAME_TIMEOUT_S, BadRequest, Connection, DapError, ProtocolError, notify,
+from .protocol import (ANSWERED, FRAME_TIMEOUT_S, BadRequest, Connection, DapError, notify,
                        parse_request, reply, start_thread)
 from .requests import SessionRequests, is_loopback
 
@@ -168,15 +168,7 @@ class DapServer(SessionRequests):
 
     def _read_loop(self, conn: Connection) -> None:
         try:
-            while not conn.closed.is_set():
-                try:
-                    body = conn.reader.read()
-                except (ProtocolError, OSError) as exc:
-                    if not conn.closed.is_set():
-                        emit(Warning_(f"debug adapter: closing the client's connection: {exc}"))
-                    break
-                if body is None:
-                    break
+            for body in conn.bodies(lambda exc: emit(Warning_(f"debug adapter: closing the client's connection: {exc}"))):
                 self._dispatch(conn, body)
         finally:
             self._client_gone(conn)

@@ -16,11 +16,12 @@ from typing import Any
 import torch
 
 from ..core import wiring
-from ..core.errors import Abort, OptionsError
+from ..core.errors import OptionsError
 from ..core.events import CompileViewShown, Info, Warning_, emit
 from ..core.options import parse_ranks
 from ..core.sites import SITES, Site
 from .compile_stop import CompileStop, CompileStopCommands
+from .rank_commands import job_pause
 from .stepper import STEPPER
 
 COMPILE_PROMPT = "(dynstep compile) "
@@ -52,18 +53,9 @@ def present_compile_stop(stop: CompileStop, fakes: dict[str, Any]) -> None:
         emit(Info(f"dynstep: rank {coord.resolve().rank} compiles on past the compile-time stop at {stop.location} "
                   "(not one of the ranks that pause: --ranks, DYNSTEP_RANKS)"))
         return
-    if coord is not None:
-        coord.enter_pause({"node": f"compile-time stop {stop.location}", "graph": f"compile {stop.compile_id}",
-                           "source": stop.location}, None, turn=getattr(frontend, "shares_terminal", False))
-    try:
-        _answer_compile_stop(stepper, frontend, stop, fakes)
-    except Abort as exc:
-        if coord is None:
-            raise
-        raise coord.quit_all(str(exc)) from None
-    finally:
-        if coord is not None:
-            coord.leave_pause()
+    info = {"node": f"compile-time stop {stop.location}", "graph": f"compile {stop.compile_id}", "source": stop.location}
+    with job_pause(coord, info, None, turn=getattr(frontend, "shares_terminal", False)):
+        _answer_compile_stop(stepper, frontend, stop, fakes)   # (`step --all` does not reach a compile-time stop)
 
 
 def _answer_compile_stop(stepper: Any, frontend: Any, stop: CompileStop, fakes: dict[str, Any]) -> None:

@@ -10,10 +10,12 @@ The stepper never imports `dynstep.dist`: the superstep backend puts a coordinat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.commands import CommandSet
+from ..core.errors import Abort
 from ..core.events import CommandFailed, Info, emit, use_sink
 
 if TYPE_CHECKING:
@@ -40,6 +42,24 @@ class Coordinator(Protocol):
     def forward(self, rank: int, line: str) -> list[object]: ...
     def step_all(self) -> None: ...
     def where(self) -> list[str]: ...
+
+
+@contextlib.contextmanager
+def job_pause(coord: Coordinator | None, info: dict[str, str], serve: Callable[[str], list] | None,
+              turn: bool) -> Iterator[str | None]:
+    """A stop of this rank in a distributed job (nothing in one process): marked paused, the terminal
+    turn taken when `turn`, `q` (Abort) ending every rank. Yields the command another rank's
+    `step --all` asks for instead of the front end, or None."""
+    auto = coord.enter_pause(info, serve, turn=turn) if coord is not None else None   # type: ignore[arg-type]
+    try:
+        yield auto
+    except Abort as exc:
+        if coord is None:
+            raise
+        raise coord.quit_all(str(exc)) from None
+    finally:
+        if coord is not None:
+            coord.leave_pause()
 
 
 class RankCommands(CommandSet):

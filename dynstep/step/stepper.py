@@ -33,13 +33,12 @@ import torch
 from .. import _compat
 from ..core import commands as commandset
 from ..core import wiring
-from ..core.errors import Abort
 from ..core.events import Info, Stopped, emit
 from ..core.sites import SITES, Site
 from ..core.wiring import Frontend
 from ..report.compile_log import COMPILE_LOG
 from .commands import StepperCommands
-from .rank_commands import Coordinator
+from .rank_commands import Coordinator, job_pause
 from .values import tensor_view, user_stack
 
 
@@ -184,11 +183,9 @@ class Stepper(StepperCommands):
     def _answer(self, frontend: Frontend, stop: Stop) -> None:
         """Show the stop and let the front end answer it; in a distributed job, as the coordinator says
         (the terminal turn, `step --all` from another rank, `q` ending every rank)."""
-        coord = self.coordinator
-        auto = coord.enter_pause({"node": stop.site.node, "graph": stop.site.graph, "source": stop.site.source},
-                                 lambda line: self.serve(line, lambda: stop),
-                                 turn=getattr(frontend, "shares_terminal", False)) if coord is not None else None
-        try:
+        info = {"node": stop.site.node, "graph": stop.site.graph, "source": stop.site.source}
+        with job_pause(self.coordinator, info, lambda line: self.serve(line, lambda: stop),
+                       turn=getattr(frontend, "shares_terminal", False)) as auto:
             emit(Stopped(reason=stop.reason, site=stop.site, call=stop.call, tensor=tensor_view(stop.value),
                          watches=tuple((w, self._watch_text(w)) for w in self.watches),
                          writable=stop.writable, note=stop.note))
@@ -196,13 +193,6 @@ class Stepper(StepperCommands):
                 self.execute(auto)
             else:
                 frontend.run(self, stop)
-        except Abort as exc:
-            if coord is None:
-                raise
-            raise coord.quit_all(str(exc)) from None
-        finally:
-            if coord is not None:
-                coord.leave_pause()
 
     def active_frontend(self) -> Frontend | None:
         """The front end that answers stops now (None: detached, nothing can answer)."""

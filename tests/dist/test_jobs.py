@@ -179,10 +179,7 @@ def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
     from ..remote.dap import Client
 
     port = _free_port_run(3)
-    proc = subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--dap", str(port), "--wait", "--ranks", "all",
-                             "--pause", "module:layers.1", "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                             "--standalone", JOB, "--out", str(tmp_path)], cwd=ROOT, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = _dap_job(port, tmp_path)
     try:
         client = _attach(Client, port)
         names = {}
@@ -220,10 +217,7 @@ def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
 def test_dynstep_attach_drives_every_rank_through_the_jobs_adapter(tmp_path):
     """`dynstep attach PORT` (commands on stdin) takes each rank's stop in turn, its prompt naming the rank."""
     port = _free_port_run(3)
-    proc = subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--dap", str(port), "--wait", "--ranks", "all",
-                             "--pause", "module:layers.1", "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                             "--standalone", JOB, "--out", str(tmp_path)], cwd=ROOT, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = _dap_job(port, tmp_path)
     try:
         for _ in range(100):    # until the launcher listens
             attach = subprocess.run([sys.executable, "-m", "dynstep", "attach", f"127.0.0.1:{port}"], env=env(),
@@ -244,6 +238,14 @@ def test_dynstep_attach_drives_every_rank_through_the_jobs_adapter(tmp_path):
     assert attach.stderr.count("value.shape = torch.Size([3, 6, 16])") == 4
     assert "the program exited with code 0" in text
     assert_trained_like(results(tmp_path), job.simulate(steps=2))
+
+
+def _dap_job(port: int, out: Path) -> subprocess.Popen:
+    """Both ranks pause at layers.1; the job's adapter on `port` waits for a client."""
+    return subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--dap", str(port), "--wait", "--ranks", "all",
+                             "--pause", "module:layers.1", "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                             "--standalone", JOB, "--out", str(out)], cwd=ROOT, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _free_port_run(count: int) -> int:

@@ -126,3 +126,19 @@ def test_requests_for_no_rank_and_a_wrong_token_are_clear_errors():
         adapter.close()
     with pytest.raises(ValueError, match="needs a token"):
         JobAdapter("0.0.0.0", 0, [])
+
+
+def test_the_jobs_token_reaches_every_rank():
+    """Off loopback the job's adapter needs the token, and gives it to each rank's server in its attach."""
+    worker = DapServer("127.0.0.1", 0, token="s3cret")
+    adapter = JobAdapter("0.0.0.0", 0, [("127.0.0.1", worker.port)], token="s3cret")
+    try:
+        client = Client(adapter.port, timeout=20)
+        client.attach(token="s3cret")
+        client.request("configurationDone")
+        assert worker.configured.wait(10) and worker.authenticated
+        assert [t["name"] for t in client.request("threads")["threads"]] == ["rank 0 · MainThread"]
+        client.close()
+    finally:
+        adapter.close()
+        worker.close()
