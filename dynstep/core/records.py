@@ -68,6 +68,11 @@ class Snapshot:
     world_size: int = 1
 
     @property
+    def hit(self) -> tuple:
+        """Which hit this is, in its recording (the same for a copy without its tensor)."""
+        return (self.rank, self.seq, self.site, self.call, self.kind, self.graph, self.node)
+
+    @property
     def probe_name(self) -> str:  # torch-cudagraph-debug's TensorSnapshot name
         return self.probe
 

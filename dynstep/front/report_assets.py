@@ -32,6 +32,7 @@ svg polyline,.key line{fill:none;stroke-width:1.4} svg .tick{font-size:10px;fill
 .min{stroke:#1a73e8} .max{stroke:#e37400} .mean{stroke:#188038} .absmax{stroke:#80868b;stroke-dasharray:4 3}
 circle.min{fill:#1a73e8} circle.max{fill:#e37400} circle.mean{fill:#188038} circle.absmax{fill:#80868b;stroke-dasharray:none}
 .band{fill:#188038;fill-opacity:.12;stroke:none} .badbar{fill:#d93025} .firstbad{stroke:#d93025;stroke-width:2}
+svg.hist{display:block;max-width:560px;margin-top:2px} svg .bar{fill:#1a73e8;fill-opacity:.7} svg .tick.bad{fill:#d93025}
 .cursor{stroke:#9aa0a6;stroke-width:1}
 #tip{position:fixed;pointer-events:none;background:#202124;color:#fff;padding:4px 8px;border-radius:4px;font-size:12px;
  white-space:pre;display:none;z-index:5}

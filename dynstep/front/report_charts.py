@@ -7,6 +7,7 @@ most `MAX_POINTS` buckets (each keeps its extremes and sums its NaN/Inf counts),
 light however long the run was.
 
     svg, points = chart(series, chart_id="p3v")    # points: what the page's tooltip shows
+    svg = histogram(panel.value_histogram, chart_id="p3vh")   # one hit's distribution, as bars
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import html
 import math
 from collections.abc import Sequence
 
+from ..report.histogram import Histogram
 from ..report.model import Series
 
 MAX_POINTS = 400
@@ -151,6 +153,35 @@ def _strip(xs: list[float], pts: dict[str, list]) -> list[str]:
             out.append(f'<rect class="badbar" x="{x - width / 2:.1f}" y="{top}" width="{width:.1f}" '
                        f'height="{STRIP_H}"><title>call {call}: nan {nan}, inf {inf}</title></rect>')
     return out
+
+
+HIST_H, HIST_PLOT = 96, 66
+
+
+def histogram(h: Histogram, *, chart_id: str) -> str:
+    """Bars of one hit's finite elements between their min and max; NaN/Inf counts said beside."""
+    width = W - LEFT - RIGHT
+    top = max(h.counts, default=0) or 1
+    bad = ", ".join(f"{n} {name}" for n, name in ((h.nan, "NaN"), (h.posinf, "+Inf"), (h.neginf, "-Inf")) if n)
+    caption = f"distribution at call {h.call}: {h.finite:,} finite of {h.numel:,}" + (f"; {bad}" if bad else "")
+    parts = [f'<svg class="hist" viewBox="0 0 {W} {HIST_H}" width="100%" role="img" data-chart="{chart_id}">',
+             f'<text class="tick" x="{LEFT}" y="{TOP + 2}">{html.escape(caption)}</text>']
+    if h.counts:
+        bar = width / len(h.counts)
+        y0 = TOP + 10 + HIST_PLOT
+        for i, count in enumerate(h.counts):
+            tall = HIST_PLOT * count / top
+            parts.append(f'<rect class="bar" x="{LEFT + i * bar + 0.5:.1f}" y="{y0 - tall:.1f}" width="{max(bar - 1, 0.5):.1f}" '
+                         f'height="{tall:.1f}"><title>[{_num(h.edges[i])}, {_num(h.edges[i + 1])}): {count}</title></rect>')
+        parts += [f'<line class="zero" x1="{LEFT}" x2="{W - RIGHT}" y1="{y0}" y2="{y0}"/>',
+                  f'<text class="tick" x="{LEFT - 4}" y="{TOP + 18}" text-anchor="end">{top}</text>',
+                  f'<text class="tick" x="{LEFT}" y="{HIST_H - 2}">{_num(h.edges[0])}</text>',
+                  f'<text class="tick" x="{W - RIGHT}" y="{HIST_H - 2}" text-anchor="end">{_num(h.edges[-1])}</text>']
+    else:
+        parts.append(f'<text class="tick bad" x="{LEFT}" y="{TOP + 40}">no finite element</text>')
+    if bad:
+        parts.append(f'<text class="tick bad" x="{W - RIGHT}" y="{TOP + 2}" text-anchor="end">{html.escape(bad)}</text>')
+    return "".join(parts) + "</svg>"
 
 
 def _num(v: float) -> str:

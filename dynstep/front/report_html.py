@@ -118,6 +118,9 @@ def _panel(report: RunReport, p: Panel, points: dict[str, Any]) -> str:
         svg, pts = charts.chart(series, chart_id=p.key + suffix)
         points[p.key + suffix] = {k: [None if isinstance(v, float) and not math.isfinite(v) else v for v in vs]
                                   for k, vs in pts.items()}
+        hist = p.value_histogram if suffix == "v" else p.grad_histogram
+        if hist is not None:
+            svg += charts.histogram(hist, chart_id=p.key + suffix + "h")
         sides.append(f"<div><h4>{label} &middot; {len(series.calls)} hit(s)</h4>{svg}</div>")
     classes = "panel" + (" bad" if p.bad else "") + (" first" if p.key == report.first_nonfinite_panel else "")
     label = " ".join((p.module, p.node, p.target, p.source, p.source_text, p.probe))

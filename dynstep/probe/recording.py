@@ -18,12 +18,14 @@ files are opened (no symlink, FIFO or device: those chunks are reported as unrea
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import re
 import stat
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +49,22 @@ class Recording:
     log, and what could not load."""
 
     def __init__(self, snapshots: list[Snapshot], path: Path, problems: tuple[str, ...] = (), *,
-                 run: RunInfo | None = None, compile: tuple[Entry, ...] = ()) -> None:
+                 run: RunInfo | None = None, compile: tuple[Entry, ...] = (),
+                 lazy: dict[tuple, Callable[[], torch.Tensor | None]] | None = None) -> None:
         self.path = path
         self._snaps = snapshots
         self.problems = problems
         self.run = run
         self.compile = compile
+        self._lazy = lazy or {}
+
+    def tensor_of(self, snapshot: Snapshot) -> torch.Tensor | None:
+        """A snapshot's tensor, read now when the recording was loaded with `tensors=False` (None: the
+        hit kept no tensor, e.g. a `summary` probe, or its chunk cannot be read)."""
+        if snapshot.tensor is not None:
+            return snapshot.tensor
+        read = self._lazy.get(snapshot.hit)
+        return read() if read is not None else None
 
     @property
     def compile_events(self) -> list[CompileEvent]:
@@ -107,7 +119,8 @@ def _merge(path: Path, parts: list[Recording]) -> Recording:
     run's facts and compile log are the lowest rank's (every rank compiles the same graphs)."""
     snaps = [s for part in parts for s in part.all()]
     problems = tuple(f"{part.path.name}: {p}" for part in parts for p in part.problems)
-    return Recording(snaps, path, problems, run=parts[0].run, compile=parts[0].compile)
+    lazy = {k: v for part in parts for k, v in part._lazy.items()}
+    return Recording(snaps, path, problems, run=parts[0].run, compile=parts[0].compile, lazy=lazy)
 
 
 def _load_one(path: Path, tensors: bool) -> Recording:
@@ -115,11 +128,15 @@ def _load_one(path: Path, tensors: bool) -> Recording:
     problems: list[str] = []
     chunks = _Chunks(path, problems, read=tensors)
     snaps = []
+    lazy: dict[tuple, Callable[[], torch.Tensor | None]] = {}
     for number, meta in _lines(path / "records.jsonl", problems):
         try:
             snaps.append(_snapshot(meta, chunks))
         except _Invalid as exc:
             problems.append(f"records.jsonl line {number}: {exc}; line skipped")
+            continue
+        if not tensors and meta.get("tensor") is not None:   # checked by _snapshot: a plain chunk name
+            lazy[snaps[-1].hit] = functools.partial(chunks.fetch, meta["tensor"])
     chunks.report()
     run = _run(path / "run.json", problems)
     compile = tuple(_compile(path / "compile.jsonl", problems))
@@ -127,7 +144,7 @@ def _load_one(path: Path, tensors: bool) -> Recording:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         warnings.warn(f"dynstep.load({str(path)!r}): {len(snaps)} snapshot(s) loaded, {len(problems)} problem(s): "
                       f"{shown} (all in Recording.problems)", RuntimeWarning, stacklevel=3)
-    return Recording(snaps, path, tuple(problems), run=run, compile=compile)
+    return Recording(snaps, path, tuple(problems), run=run, compile=compile, lazy=lazy)
 
 
 def _run(file: Path, problems: list[str]) -> RunInfo | None:
@@ -289,6 +306,11 @@ class _Chunks:
         if tensor is None:
             self.missing[name] = self.missing.get(name, 0) + 1
         return tensor
+
+    def fetch(self, ref: dict[str, str]) -> torch.Tensor | None:
+        """A checked reference's tensor, read now (the lazy path of a `tensors=False` load)."""
+        tensors = self._load(ref["chunk"])
+        return tensors.get(ref["key"]) if tensors is not None else None
 
     def _load(self, name: str) -> dict[str, torch.Tensor] | None:
         if name not in self.cache:

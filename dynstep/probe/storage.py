@@ -154,12 +154,19 @@ def save(snapshots: list[Snapshot], path: str | Path, *, run: RunInfo | None = N
         if run is not None:
             _write_run(folder, run)
         (folder / "compile.jsonl").write_text("".join(compile_line(e) for e in compile), encoding="utf-8")
-        tensors, lines = {}, []
+        tensors, lines, keys, storages = {}, [], {}, set()
         for i, snap in enumerate(snapshots):
             meta = json_safe(snap.meta())
-            meta["tensor"] = {"chunk": "chunk-0-000001.safetensors", "key": f"t{i}"} if snap.tensor is not None else None
+            meta["tensor"] = None
             if snap.tensor is not None:
-                tensors[f"t{i}"] = snap.tensor.detach().contiguous()
+                key = keys.get(id(snap.tensor))
+                if key is None:   # a tensor several snapshots hold is written once; a view of one written is copied
+                    key = keys[id(snap.tensor)] = f"t{i}"
+                    t = snap.tensor.detach().contiguous()
+                    ptr = t.untyped_storage().data_ptr()
+                    tensors[key] = t.clone() if ptr in storages else t
+                    storages.add(ptr)
+                meta["tensor"] = {"chunk": "chunk-0-000001.safetensors", "key": key}
             lines.append(json.dumps(meta, allow_nan=False) + "\n")
         if tensors:
             from safetensors.torch import save_file

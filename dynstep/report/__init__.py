@@ -9,6 +9,7 @@ collector and recordings keep its records.
     compile_log  the process's compile log and `collecting()`, the handler on torch's trace logger
     plans        what superstep placed in a graph, as a GraphPlan (and its tlparse artifacts)
     model        the report of a recording: run summary, per-site series, first non-finite, graphs
-    export       the report as JSON, and scalars for TensorBoard (event files, no tensorboard needed)
+    histogram    one recorded tensor's distribution (a panel's most telling hit)
+    export       the report as JSON, and scalars and histograms for TensorBoard (no tensorboard needed)
     tlparse      running tlparse on a TORCH_TRACE folder
 """

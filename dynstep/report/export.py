@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .histogram import Histogram
 from .model import STATS, Panel, RunReport, Series, panels_of
 from .records import to_json
 
@@ -70,6 +71,11 @@ def write_tensorboard(report: RunReport, folder: str | Path) -> Path:
         for series in (panel.value, panel.grad):
             if series is not None:
                 records += [_event(wall, step, values=values) for step, values in _scalars(panel, series)]
+    for panel in report.panels:     # the drawn panels' distributions (report/histogram.py)
+        for h in (panel.value_histogram, panel.grad_histogram):
+            if h is not None and h.counts:
+                records.append(_event(wall, h.call, histograms=[(f"{h.kind}/{panel.module or panel.graph}/{panel.node}",
+                                                                  _histogram_proto(h))]))
     with open(path, "xb") as fh:
         fh.write(b"".join(_frame(r) for r in records))
     return path
@@ -103,15 +109,32 @@ def _bytes_field(number: int, data: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(data)) + data
 
 
-def _event(wall: float, step: int, *, file_version: str = "", values: list[tuple[str, float]] = ()) -> bytes:
+def _event(wall: float, step: int, *, file_version: str = "", values: list[tuple[str, float]] = (),
+           histograms: list[tuple[str, bytes]] = ()) -> bytes:
+    """An Event: wall_time (1), step (2), file_version (3) or a Summary (5) of Values: tag (1) with
+    simple_value (2, float) or histo (5, a HistogramProto)."""
     out = b"\x09" + struct.pack("<d", wall) + b"\x10" + _varint(step)
     if file_version:
         out += _bytes_field(3, file_version.encode())
-    if values:
-        summary = b"".join(_bytes_field(1, _bytes_field(1, tag.encode()) + b"\x15" + struct.pack("<f", v))
-                           for tag, v in values)
+    summary = b"".join(_bytes_field(1, _bytes_field(1, tag.encode()) + b"\x15" + struct.pack("<f", v))
+                       for tag, v in values)
+    summary += b"".join(_bytes_field(1, _bytes_field(1, tag.encode()) + _bytes_field(5, histo)) for tag, histo in histograms)
+    if summary:
         out += _bytes_field(5, summary)
     return out
+
+
+def _histogram_proto(h: Histogram) -> bytes:
+    """HistogramProto: min (1), max (2), num (3), sum (4), sum_squares (5) as doubles, then bucket_limit (6,
+    each bucket's right edge) and bucket (7, its count), packed. Sums from the bucket centres (the
+    recorded tensor is not at hand here)."""
+    centres = [(a + b) / 2 for a, b in zip(h.edges, h.edges[1:])]
+    total = sum(c * n for c, n in zip(centres, h.counts))
+    squares = sum(c * c * n for c, n in zip(centres, h.counts))
+    doubles = (h.edges[0], h.edges[-1], float(sum(h.counts)), total, squares)
+    out = b"".join(_varint(number << 3 | 1) + struct.pack("<d", v) for number, v in enumerate(doubles, 1))
+    out += _bytes_field(6, struct.pack(f"<{len(h.counts)}d", *h.edges[1:]))
+    return out + _bytes_field(7, struct.pack(f"<{len(h.counts)}d", *map(float, h.counts)))
 
 
 def _frame(data: bytes) -> bytes:
@@ -158,6 +181,22 @@ def read_tensorboard(path: str | Path) -> list[tuple[int, str, float]]:
     return out
 
 
+def read_tensorboard_histograms(path: str | Path) -> list[tuple[int, str, list[float], list[float]]]:
+    """(step, tag, bucket right edges, bucket counts) of every histogram in an event file this module wrote."""
+    data, out, pos = Path(path).read_bytes(), [], 0
+    while pos < len(data):
+        (length,) = struct.unpack_from("<Q", data, pos)
+        fields = dict(_fields(data[pos + 12:pos + 12 + length]))
+        for _, value in _fields(fields.get(5, b"")):
+            inner = dict(_fields(value))
+            if 5 in inner:
+                histo = dict(_fields(inner[5]))
+                unpack = lambda raw: list(struct.unpack(f"<{len(raw) // 8}d", raw))   # noqa: E731
+                out.append((fields.get(2, 0), inner[1].decode(), unpack(histo[6]), unpack(histo[7])))
+        pos += 16 + length
+    return out
+
+
 def _scalars_in(event: bytes) -> list[tuple[int, str, float]]:
     fields = dict(_fields(event))
     summary = fields.get(5)
@@ -166,7 +205,8 @@ def _scalars_in(event: bytes) -> list[tuple[int, str, float]]:
     out = []
     for number, value in _fields(summary):
         inner = dict(_fields(value))
-        out.append((fields.get(2, 0), inner[1].decode(), struct.unpack("<f", inner[2])[0]))
+        if 2 in inner:
+            out.append((fields.get(2, 0), inner[1].decode(), struct.unpack("<f", inner[2])[0]))
     return out
 
 

@@ -21,6 +21,7 @@ from ..core.records import Snapshot, Stats
 from ..dist.compare import RankDifference, compare_ranks
 from ..graph import selectors as sel
 from ..graph.filter import snapshot_matches
+from .histogram import Histogram, histogram
 from .records import CompileEvent, GraphPlan, RunInfo, dedupe
 
 STATS = ("min", "max", "mean", "std", "absmax")
@@ -77,6 +78,8 @@ class Panel:
     source_text: str
     value: Series | None
     grad: Series | None
+    value_histogram: Histogram | None = None   # the hit that matters most (report/histogram.py), when
+    grad_histogram: Histogram | None = None    # the recording kept its tensor (a `record` probe)
 
     @property
     def bad(self) -> bool:
@@ -166,6 +169,8 @@ def build(recording: RecordingLike, *, select: Sequence[str] = (), max_panels: i
     shown = chosen[:max_panels]
     if first_panel and all(p.key != first_panel for p in shown):
         shown = [p for p, _ in panels if p.key == first_panel] + shown[:max_panels - 1]
+    snaps_of, tensor_of = {p.key: snaps for p, snaps in panels}, _tensors(recording, every)
+    shown = [_with_histograms(p, snaps_of[p.key], tensor_of) for p in shown]
     events = list(recording.compile_events)
     plans = tuple(recording.plans)
     return RunReport(path=str(recording.path), run=recording.run, summary=_summary(hits, events, plans),
@@ -198,6 +203,34 @@ def panels_of(hits: tuple[Snapshot, ...]) -> list[tuple[Panel, list[Snapshot]]]:
                           probe=first.probe, source=source, source_text=first.source_text,
                           value=series["value"], grad=series["grad"]), snaps))
     return out
+
+
+def _tensors(recording: RecordingLike, every: list[Snapshot]) -> Any:
+    """A hit's recorded tensor: kept by the load, or read now (`tensor_of`, a `tensors=False` load)."""
+    kept = {s.hit: s.tensor for s in every if s.tensor is not None}
+    lazy = getattr(recording, "tensor_of", None)
+
+    def tensor_of(s: Snapshot) -> Any:
+        found = kept.get(s.hit)
+        return found if found is not None or lazy is None else lazy(s)
+    return tensor_of
+
+
+def _with_histograms(panel: Panel, snaps: list[Snapshot], tensor_of: Any) -> Panel:
+    """The panel with the distribution of its most telling hit per kind: the first with a NaN/Inf,
+    else the last one that kept its tensor."""
+    found = {}
+    for kind in ("value", "grad"):
+        kept = [s for s in snaps if s.kind == kind and s.shape and 0 not in s.shape]
+        bad = [s for s in kept if s.stats.nan or s.stats.inf]
+        for s in bad[:1] + kept[::-1]:
+            tensor = tensor_of(s)
+            if tensor is not None:
+                found[kind] = histogram(tensor, kind=kind, call=s.call, seq=s.seq)
+                break
+    if not found:
+        return panel
+    return dataclasses.replace(panel, value_histogram=found.get("value"), grad_histogram=found.get("grad"))
 
 
 def _series(kind: str, snaps: list[Snapshot]) -> Series | None:

@@ -32,12 +32,13 @@ def browser():
         yield b
 
 
-def train(path, steps=2, nan_at=None):
+def train(path, steps=2, nan_at=None, actions="summary"):
     """A TinyGPT training run recorded through superstep (aot_eager), gradients included."""
     torch._dynamo.reset()   # fresh sites: this recording's calls count from 0
     model, idx = make(seed=0, layers=2)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    compiled = torch.compile(model, backend="superstep", options={"inner": "aot_eager", "probe": PROBES, "grads": True})
+    compiled = torch.compile(model, backend="superstep", options={"inner": "aot_eager", "probe": PROBES, "grads": True,
+                                                                 "actions": actions})
     with dynstep.session(path=path):
         for step in range(steps):
             if step == nan_at:
@@ -59,7 +60,7 @@ def page_of(recording, out):
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("runs")
     return {"train": page_of(train(tmp / "train.dynstep"), tmp / "train.html"),
-            "nan": page_of(train(tmp / "nan.dynstep", steps=3, nan_at=1), tmp / "nan.html")}
+            "nan": page_of(train(tmp / "nan.dynstep", steps=3, nan_at=1, actions="record"), tmp / "nan.html")}
 
 
 def assert_offline_and_clean(page, path):
@@ -76,6 +77,7 @@ def test_the_training_runs_page_shows_values_and_gradients_per_module(browser, r
     assert [p[0].split(" \u00b7 ")[0] for p in panels] == ["blocks.0.attn", "blocks.0.mlp", "blocks.1.attn",
                                                           "blocks.1.mlp"]
     assert all(charts == 2 and lines == 8 for _, charts, lines in panels)   # min, max, mean, absmax per side
+    assert page.evaluate("document.querySelectorAll('svg.hist').length") == 0   # summary probes keep no tensor
     assert "model.py:45" in panels[1][0] and "return self.proj(h)" in panels[1][0]
     text = page.evaluate("document.body.innerText")
     assert "No NaN or Inf in 16 recorded hit(s)." in text and "calls (steps)\t2" in text
@@ -91,6 +93,8 @@ def test_the_planted_nan_is_named_highlighted_and_found_in_the_table(browser, ru
     assert "return self.proj(h)" in banner and "call 1" in banner
     assert page.evaluate("document.querySelector('.panel.first h3').textContent").startswith("blocks.1.mlp")
     assert page.evaluate("document.querySelectorAll('.panel.first svg[data-chart$=v] line.firstbad').length") == 1
+    hist = page.evaluate("[...document.querySelectorAll('.panel.first svg.hist')].map(h => h.textContent)")
+    assert len(hist) == 2 and hist[0].startswith("distribution at call 1: ") and "NaN" in hist[0]   # recorded tensors
     row = page.evaluate("(document.getElementById('goto-first').click(), "
                         "[...document.querySelectorAll('tr.first td')].map(td => td.textContent))")
     assert row[2:7] == ["value", "forward[0/0]", "linear_7", "linear", "blocks.1.mlp"] and int(row[-2]) > 0

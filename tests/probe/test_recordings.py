@@ -239,6 +239,23 @@ def test_non_finite_stats_are_valid_json_and_load_back(tmp_path):
     assert stats.nan == 1 and stats.inf == 1 and stats.min == 0.0
 
 
+def test_saving_snapshots_that_share_a_tensor_or_its_storage(tmp_path):
+    """One tensor held by two snapshots (user-built ones) is written once; a view of it is copied
+    (safetensors refuses tensors that share memory)."""
+    from dynstep.core.records import Snapshot, Stats
+    from dynstep.probe.storage import save
+
+    def snap(t, i):
+        return Snapshot(kind="value", probe="p", node="n", target="t", module="m", source="s.py:1", graph="g",
+                        call=i, shape=tuple(t.shape), dtype="float32", device="cpu", stats=Stats(), seq=i, tensor=t)
+
+    a = torch.arange(6.0)
+    rec = dynstep.load(save([snap(a, 0), snap(a, 1), snap(a[2:], 2), snap(torch.empty(0), 3), snap(torch.empty(0), 4)],
+                            tmp_path / "r.dynstep"))
+    assert [s.tensor.tolist() for s in rec.all()] == [a.tolist(), a.tolist(), a[2:].tolist(), [], []]
+    assert not rec.problems
+
+
 def test_unreadable_manifests_and_other_formats(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
