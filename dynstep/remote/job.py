@@ -69,7 +69,6 @@ class JobAdapter:
         self.state = "none"
         self.goodbye: dict[str, Any] = {}
         self.ended = threading.Event()
-        self.session = threading.Event()        # set while a client is attached
         start_thread(self._accept_loop, "dynstep-job-accept")
 
     # -- the client ----------------------------------------------------------------------------------
@@ -116,7 +115,8 @@ class JobAdapter:
 
     def _dispatch(self, conn: Connection, req: dict[str, Any], command: str, args: dict[str, Any]) -> None:
         if command == "initialize":
-            self._check_token(args)
+            if self.state != "none":
+                return self._respond(conn, req, error="initialize was already received")
             self.state = "initialized"
             return self._respond(conn, req, CAPABILITIES)
         if command == "launch":
@@ -159,7 +159,6 @@ class JobAdapter:
                           "of the attach configuration, printed when the job started)")
             return conn.flush_and_close()
         self.state = "attached"
-        self.session.set()
         for worker in self.workers:
             start_thread(self._connect_loop, f"dynstep-job-rank{worker.index}", worker, conn)
         deadline = time.monotonic() + ATTACH_WAIT_S
@@ -179,7 +178,7 @@ class JobAdapter:
             lead = self._lead()
             for worker in self.workers:
                 if worker.link is not None and worker.index != lead:
-                    self._send(worker, command, args, None)
+                    self._send(worker, command, self.ids.down(args), None)
         if lead is not None:
             return self._forward(conn, req, command, args, lead)
         if command == "setExceptionBreakpoints":   # what every worker will answer
@@ -244,7 +243,7 @@ class JobAdapter:
 
     def _broadcast(self, command: str, args: dict[str, Any]) -> None:
         for worker in self.workers:
-            self._send(worker, command, self.ids.down(args) if command != "configurationDone" else args, None)
+            self._send(worker, command, self.ids.down(args), None)
 
     def _connect_loop(self, worker: Worker, conn: Connection) -> None:
         """Connect, replay the session, forward its events; again if the worker's server goes and comes."""
@@ -267,9 +266,8 @@ class JobAdapter:
                 if self.conn is not conn:
                     link.close()
                     return
-                for command, args in self.history:
-                    link.send(command, self.ids.down(args) if command != "configurationDone" else args,
-                              on_response=lambda msg: None)
+                for command, args in self.history:      # the session so far, in its order
+                    link.send(command, self.ids.down(args), on_response=lambda msg: None)
                 worker.link, worker.exit_code = link, None
             link.closed.wait()
             self._worker_gone(worker, conn)
@@ -332,7 +330,6 @@ class JobAdapter:
             if self.conn is not conn:
                 return
             self.conn, self.state = None, "none"
-            self.session.clear()
             links = [w.link for w in self.workers if w.link is not None]
             goodbye = {k: v for k, v in self.goodbye.items() if k in ("terminateDebuggee", "restart")}
         for link in links:      # each worker forgets the client (its breakpoints) and runs on

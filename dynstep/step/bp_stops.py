@@ -45,13 +45,13 @@ def present_compile_stop(stop: CompileStop, fakes: dict[str, Any]) -> None:
     """Let the front end answer a compile-time stop. In a distributed job only the ranks that may pause
     stop (the others compile on), one at a time at the launcher's terminal; `q` ends every rank."""
     stepper = _stepper()
-    frontend = stepper.active_frontend()
-    if frontend is None:
-        return
     coord = _job(stepper)
     if coord is not None and not coord.may_pause():
         emit(Info(f"dynstep: rank {coord.resolve().rank} compiles on past the compile-time stop at {stop.location} "
                   "(not one of the ranks that pause: --ranks, DYNSTEP_RANKS)"))
+        return
+    frontend = stepper.active_frontend()
+    if frontend is None:
         return
     info = {"node": f"compile-time stop {stop.location}", "graph": f"compile {stop.compile_id}", "source": stop.location}
     with job_pause(coord, info, None, turn=getattr(frontend, "shares_terminal", False)):
