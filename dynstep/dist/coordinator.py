@@ -59,6 +59,7 @@ class Coordinator:
         self.heartbeat: Heartbeat | None = None
         self.pauses = 0         # this rank's stops so far (names a pause in paused/<rank>)
         self.coarse = False     # this graph call: barriers at pause sites only (see agree)
+        self.serving: Serve | None = None   # this rank's own commands while it is paused (idle answers with them)
 
     # -- resolving the job, lazily (the first stop point at run time) --------------------------------
     def resolve(self) -> identity.Identity:
@@ -176,14 +177,25 @@ class Coordinator:
         info = {**info, "attach": _attach_address(self.ident)}
         self.store.set(f"paused/{rank}", json.dumps({"k": self.here, "pause": self.pauses, **info}))
         self.raise_timeout()
+        self.serving = serve
         follow = self._take_turn(serve) if turn else read(self.store, f"follow/{self.here}")
         if follow is not None:
             emit(Info(f"dynstep: rank {rank} steps with the other paused ranks (step --all)"))
         return follow
 
+    def idle(self) -> None:
+        """While this rank's front end holds a stop without the terminal turn (an editor's session, which
+        calls this every 50 ms): answer what other ranks ask it (`p@R`) and follow a `q` given on another rank."""
+        if self.alone:
+            return
+        if self.store.check(["quit"]):
+            self._on_quit()
+        self.answer_requests(self.serving)
+
     def leave_pause(self) -> None:
         if self.alone:
             return
+        self.serving = None
         rank = self.ident.rank
         self.store.delete_key(f"paused/{rank}")
         self.store.compare_set("turn", str(rank), "")

@@ -25,7 +25,7 @@ from .. import _compat
 from ..bytecode.stepper import BytecodeStepper
 from ..core.errors import Abort
 from ..step.compile_stop import CompileStop
-from ..step.stepper import Stepper, Stop
+from ..step.stepper import STEPPER, Stepper, Stop
 from .bytecodeview import BytecodeStopView, resume_command
 from .compileview import CompileStopView
 from .stopview import StopView, python_frames
@@ -75,7 +75,7 @@ class DapFrontend:
         if stop.note:
             body["text"] = stop.note
         view = StopView(stepper, stop, self.server.sources, python_frames(_skip_dirs()))
-        command, _ = self.server.hold(view, body)
+        command, _ = self.server.hold(view, body, _idle(stepper))
         if command == "terminate":
             raise Abort(f"terminated by the debug client at node {stop.site.node} ({stop.site.target}) in graph "
                         f"{stop.site.graph}, {stop.site.source or 'no source line'}")
@@ -103,7 +103,7 @@ class DapFrontend:
         body = {"reason": "compile-time", "threadId": self.server.thread_id(), "allThreadsStopped": False,
                 "description": f"compile-time stop at {stop.location} (compile {stop.compile_id})"}
         view = CompileStopView(stop, fakes, self.server.sources, python_frames(_skip_dirs()))
-        if self.server.hold(view, body)[0] == "terminate":
+        if self.server.hold(view, body, _idle(STEPPER))[0] == "terminate":
             raise Abort(f"terminated by the debug client at the compile-time stop at {stop.location}")
 
     def __repr__(self) -> str:
@@ -165,3 +165,9 @@ def _line(stop: Stop) -> int:
 
 def _skip_dirs() -> tuple[str, ...]:
     return SKIP_DIRS + (_compat.inductor_cache_dir(),)
+
+
+def _idle(stepper: Any) -> Any:
+    """In a distributed job: what a held rank does while its client is quiet (the coordinator's idle)."""
+    coord = getattr(stepper, "coordinator", None)
+    return coord.idle if coord is not None else None

@@ -70,10 +70,12 @@ class DapServer(SessionRequests):
     def attached(self) -> bool:
         return self.state == "configured" and self.conn is not None
 
-    def hold(self, view: Any, stopped: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def hold(self, view: Any, stopped: dict[str, Any],
+             idle: Callable[[], None] | None = None) -> tuple[str, dict[str, Any]]:
         """Send `stopped` and answer requests on this (the program's) thread until one resumes:
         (the resume request's command and arguments), ("continue", {}) when the client went away,
-        ("terminate", {}) when it ended the program."""
+        ("terminate", {}) when it ended the program. `idle` runs every 50 ms while no request comes
+        (a distributed job's rank answers the other ranks then)."""
         held = Held(view, stopped["threadId"])
         with self.lock:
             conn = self.conn
@@ -84,7 +86,7 @@ class DapServer(SessionRequests):
         action: tuple[str, dict[str, Any]] = ("continue", {})
         untraced = _untrace_for_debugpy()
         try:
-            while (item := held.inbox.get()) is not None:
+            while (item := _next(held.inbox, idle)) is not None:
                 command, req, args = item
                 if command in RESUME:
                     self.respond(conn, req, {"allThreadsContinued": False} if command == "continue" else None)
@@ -242,6 +244,14 @@ class DapServer(SessionRequests):
         conn = conn or self.conn
         if conn is not None and (problem := notify(conn, name, body)):
             emit(Warning_(f"debug adapter: dropped an event {name!r} that could not be encoded: {problem}"))
+
+
+def _next(inbox: queue.Queue, idle: Callable[[], None] | None) -> Any:
+    while True:
+        try:
+            return inbox.get(timeout=0.05) if idle is not None else inbox.get()
+        except queue.Empty:
+            idle()  # type: ignore[misc]
 
 
 def _untrace_for_debugpy() -> bool:

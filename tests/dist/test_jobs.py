@@ -174,7 +174,7 @@ def test_a_compile_time_breakpoint_stops_only_the_ranks_that_pause(tmp_path):
 def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
     """`dynstep run --dap PORT --ranks all ... -m torch.distributed.run`: the client attaches to PORT once and
     sees rank 0 and rank 1 as threads; both stop at the pause at once, each is asked and answered on its own
-    thread (`p`, `ranks`, `set` on rank 1 only), both continue; the job ends with `exited` 0 and the losses
+    thread (`ranks`, `p@0` and `set` on rank 1), both continue; the job ends with `exited` 0 and the losses
     equal eager with rank 1's change. Every message is checked against the protocol's schema."""
     from ..remote.dap import Client
 
@@ -192,7 +192,8 @@ def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
                 assert stop["reason"] == "breakpoint" or stop["reason"] == "pause", stop
                 rank = names[stop["threadId"]].split(" · ")[0]
                 frame = client.request("stackTrace", {"threadId": stop["threadId"]})["stackFrames"][0]
-                for line in ("value.shape", "ranks") + (("set value = value * 0.5",) if rank == "rank 1" and step == 0 else ()):
+                extra = ("p@0 value.shape", "set value = value * 0.5") if rank == "rank 1" and step == 0 else ()
+                for line in ("value.shape", "ranks") + extra:
                     answers.setdefault(rank, []).append(
                         client.request("evaluate", {"expression": line, "frameId": frame["id"], "context": "repl"})["result"])
             for stop in stops:
@@ -206,6 +207,7 @@ def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
     assert sorted(names.values()) == ["rank 0 · MainThread", "rank 1 · MainThread"], names
     assert "torch.Size([3, 6, 16])" in answers["rank 0"][0] and "torch.Size([3, 6, 16])" in answers["rank 1"][0]
     assert "rank 0: paused" in answers["rank 0"][1] and "rank 1: paused" in answers["rank 0"][1]
+    assert answers["rank 1"][2] == "[rank 0]\nvalue.shape = torch.Size([3, 6, 16])"   # p@0, answered by rank 0
     outputs = [m["body"]["output"] for m in client.received if m.get("event") == "output"]
     assert "dynstep: rank 0 exited with code 0\n" in outputs and "dynstep: rank 1 exited with code 0\n" in outputs
     assert not [o for o in outputs if "refused" in o or "closed its connection" in o], outputs
