@@ -69,6 +69,7 @@ class JobAdapter:
         self.state = "none"
         self.goodbye: dict[str, Any] = {}
         self.ended = threading.Event()
+        self.left = threading.Event()            # set when a client has gone
         start_thread(self._accept_loop, "dynstep-job-accept")
 
     # -- the client ----------------------------------------------------------------------------------
@@ -80,10 +81,13 @@ class JobAdapter:
             except OSError:
                 return
             conn = Connection(sock)
+            if self.conn is not None:
+                self.left.wait(2.0)                       # the last client may be just leaving
             with self.lock:
                 busy = self.conn is not None
                 if not busy:
                     self.conn, self.state, self.history, self.goodbye = conn, "none", [], {}
+                    self.left.clear()
             if busy:
                 self._event(conn, "output", {"category": "important", "output": "dynstep: another debug client is "
                                              "attached to this job; only one at a time\n"})
@@ -161,8 +165,14 @@ class JobAdapter:
         self.state = "attached"
         for worker in self.workers:
             start_thread(self._connect_loop, f"dynstep-job-rank{worker.index}", worker, conn)
+        start_thread(self._attached, "dynstep-job-attach", conn, req)   # the reader goes on reading
+
+    def _attached(self, conn: Connection, req: dict[str, Any]) -> None:
+        """Answer `attach` once every rank is connected (or ATTACH_WAIT_S passed, or the client left)."""
         deadline = time.monotonic() + ATTACH_WAIT_S
         while time.monotonic() < deadline and not self.ended.is_set() and not all(w.link for w in self.workers):
+            if self.conn is not conn:
+                return
             time.sleep(0.05)
         self._respond(conn, req)
         self._event(conn, "initialized")
@@ -330,6 +340,7 @@ class JobAdapter:
             if self.conn is not conn:
                 return
             self.conn, self.state = None, "none"
+            self.left.set()
             links = [w.link for w in self.workers if w.link is not None]
             goodbye = {k: v for k, v in self.goodbye.items() if k in ("terminateDebuggee", "restart")}
         for link in links:      # each worker forgets the client (its breakpoints) and runs on

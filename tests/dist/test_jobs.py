@@ -251,10 +251,14 @@ def _dap_job(port: int, out: Path) -> subprocess.Popen:
 
 
 def _free_port_run(count: int) -> int:
-    """A port with `count` free ports from it (the job's adapter and one per local rank)."""
-    for _ in range(50):
-        port = _free_port()
-        if port + count < 65535 and all(_is_free(port + i) for i in range(count)):
+    """A port with `count` free ports from it (the job's adapter and one per local rank), below the
+    kernel's ephemeral range: the job's own outgoing sockets (torchrun's store, gloo) cannot take them."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]) \
+        if Path("/proc/sys/net/ipv4/ip_local_port_range").exists() else 32768
+    rng = __import__("random").Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low - count)
+        if all(_is_free(port + i) for i in range(count)):
             return port
     raise RuntimeError("no run of free ports")
 

@@ -4,6 +4,7 @@ once) is tests/dist/test_jobs.py::test_one_debug_adapter_for_the_job_with_a_thre
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 
@@ -142,3 +143,18 @@ def test_the_jobs_token_reaches_every_rank():
     finally:
         adapter.close()
         worker.close()
+
+
+def test_malformed_messages_never_take_the_jobs_adapter_down(ranks):
+    """The server's fuzz (test_protocol) against the job's adapter with two ranks behind it: every answer
+    is a schema-valid message or the connection closes, and the adapter answers a clean client after."""
+    from .test_protocol import _VALID, _fuzz, alive
+
+    adapter, servers = ranks
+    sent, answers = _fuzz(adapter.port, random.Random(21))
+    assert sent >= 250 and answers and all(not m.get("success", True) or m["command"] in _VALID for m in answers)
+    alive(adapter.port)
+    client = attached(adapter)
+    client.request("configurationDone")
+    assert len(client.request("threads")["threads"]) == 2 and not client.invalid
+    client.close()

@@ -15,12 +15,24 @@ const ROOT = path.resolve(__dirname, '..', '..', '..');
 const PYTHON = process.env.PYTHON || 'python3';
 const JOB = path.join(ROOT, 'tests', 'dist', 'job.py');
 
-function freePort() {
-  return new Promise((resolve, reject) => {
+function isFree(port) {
+  return new Promise(resolve => {
     const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
-    srv.on('error', reject);
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
   });
+}
+
+// PORT, PORT+1, PORT+2 free (the job's adapter, one per rank), below the kernel's ephemeral range, so that
+// the job's own outgoing sockets (torchrun's store, gloo) cannot take them while it starts.
+async function freePorts() {
+  let low = 32768;
+  try { low = Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').split(/\s+/)[0]); } catch (e) {}
+  for (let i = 0; i < 200; i++) {
+    const port = Math.max(1024, low - 12000) + Math.floor(Math.random() * 11000);
+    if (await isFree(port) && await isFree(port + 1) && await isFree(port + 2)) return port;
+  }
+  throw new Error('no run of three free ports');
 }
 
 // Start the job; resolve with {proc, port, exit} once the job's adapter listens.
@@ -32,13 +44,14 @@ function startJob(port, out) {
                                    '--pause', 'module:layers.1', '-m', 'torch.distributed.run', '--nproc-per-node', '2',
                                    '--standalone', JOB, '--out', out], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     const exit = new Promise(res => proc.on('exit', code => res(code)));
-    let err = '';
+    const job = { proc, exit, err: '' };
+    proc.stdout.on('data', d => { job.err += d; });
     proc.stderr.on('data', d => {
-      err += d;
-      if (/the job's debug adapter listens on/.test(err)) resolve({ proc, exit });
+      job.err += d;
+      if (/the job's debug adapter listens on/.test(job.err)) resolve(job);
     });
     proc.on('error', reject);
-    exit.then(code => reject(new Error(`job exited early (${code}):\n${err}`)));
+    exit.then(code => reject(new Error(`job exited early (${code}):\n${job.err}`)));
   });
 }
 
@@ -48,10 +61,12 @@ function within(ms, promise, what) {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-async function nStops(stops, n, ms) {
+async function nStops(stops, n, ms, job) {
   const deadline = Date.now() + ms;
   while (stops.length < n) {
-    if (Date.now() > deadline) throw new Error(`timeout: ${n} stops, got ${stops.length}`);
+    if (Date.now() > deadline || job.proc.exitCode !== null) {
+      throw new Error(`timeout: ${n} stops, got ${stops.length}; the job's output:\n${job.err.slice(-4000)}`);
+    }
     await new Promise(r => setTimeout(r, 50));
   }
   return stops.splice(0, n);
@@ -59,8 +74,7 @@ async function nStops(stops, n, ms) {
 
 describe('the job\'s debug adapter, driven by Microsoft\'s DebugClient', () => {
   it('shows each rank as a thread and answers both ranks stopped at once', async () => {
-    let port = await freePort();
-    for (let i = 0; i < 20 && port > 65000; i++) port = await freePort();
+    const port = await freePorts();
     const out = fs.mkdtempSync(path.join(os.tmpdir(), 'dynstep-job-'));
     const job = await startJob(port, out);
     const dc = new DebugClient('unused', 'unused', 'dynstep');
@@ -74,7 +88,7 @@ describe('the job\'s debug adapter, driven by Microsoft\'s DebugClient', () => {
       await within(10000, initialized, 'initialized');
       await dc.configurationDoneRequest();
       for (let step = 0; step < 2; step++) {
-        const both = await nStops(stops, 2, 120000);
+        const both = await nStops(stops, 2, 120000, job);
         const threads = (await dc.threadsRequest()).body.threads;
         assert.deepStrictEqual(threads.map(t => t.name).sort(), ['rank 0 · MainThread', 'rank 1 · MainThread']);
         assert.deepStrictEqual(both.map(s => s.threadId).sort(), threads.map(t => t.id).sort());
