@@ -166,10 +166,12 @@ class Coordinator:
         watch.look()
 
     # -- a pause on this rank ------------------------------------------------------------------------
-    def enter_pause(self, info: dict[str, str], serve: Serve | None = None, turn: bool = True) -> str | None:
+    def enter_pause(self, info: dict[str, str], serve: Serve | None = None, turn: bool = True,
+                    follow: bool = True) -> str | None:
         """Before this rank's front end runs: mark the pause, raise the collective timeout, wait for
         the terminal turn (`turn`: front ends that share the launcher's terminal; an editor's sessions
-        are one per rank). Returns a command to run instead of asking (`step --all` from another rank)."""
+        are one per rank). Returns a command to run instead of asking (`step --all` from another rank;
+        `follow=False`: a stop no `step --all` reaches, a compile-time stop)."""
         if self.alone:
             return None
         self.pauses += 1
@@ -178,19 +180,22 @@ class Coordinator:
         self.store.set(f"paused/{rank}", json.dumps({"k": self.here, "pause": self.pauses, **info}))
         self.raise_timeout()
         self.serving = serve
-        follow = self._take_turn(serve) if turn else read(self.store, f"follow/{self.here}")
-        if follow is not None:
+        step = self._take_turn(serve, follow) if turn else read(self.store, f"follow/{self.here}") if follow else None
+        if step is not None:
             emit(Info(f"dynstep: rank {rank} steps with the other paused ranks (step --all)"))
-        return follow
+        return step
 
     def idle(self) -> None:
         """While this rank's front end holds a stop without the terminal turn (an editor's session, which
         calls this every 50 ms): answer what other ranks ask it (`p@R`) and follow a `q` given on another rank."""
-        if self.alone:
+        if self.ident is None or not self.ident.multi or self.store is None:
             return
-        if self.store.check(["quit"]):
-            self._on_quit()
-        self.answer_requests(self.serving)
+        try:
+            if self.store.check(["quit"]):
+                self._on_quit()
+            self.answer_requests(self.serving)
+        except RuntimeError as exc:   # DistNetworkError, DistStoreError: the store is gone, as at a barrier
+            raise self._lost_store(self.here, exc) from None
 
     def leave_pause(self) -> None:
         if self.alone:
@@ -201,18 +206,18 @@ class Coordinator:
         self.store.compare_set("turn", str(rank), "")
         self.restore_timeout()
 
-    def _take_turn(self, serve: Serve | None) -> str | None:
+    def _take_turn(self, serve: Serve | None, follow: bool = True) -> str | None:
         """One paused rank at a time talks to the terminal; a waiting one follows `step --all`."""
         s, mine, poll = self.store, str(self.ident.rank), Backoff(cap=0.05)
         while s.compare_set("turn", "", mine).decode() != mine:
-            follow = read(s, f"follow/{self.here}")
-            if follow is not None:
-                return follow
+            step = read(s, f"follow/{self.here}") if follow else None
+            if step is not None:
+                return step
             if s.check(["quit"]):
                 self._on_quit()
             self.answer_requests(serve)
             poll.sleep()
-        return read(s, f"follow/{self.here}")   # `step --all` may have come just as the turn came free
+        return read(s, f"follow/{self.here}") if follow else None   # `step --all` may have come just then
 
     def step_all(self) -> None:
         """`step --all`: every other rank paused at this stop point steps too, without asking."""

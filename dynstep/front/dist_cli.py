@@ -80,9 +80,10 @@ def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any]
         if adapter is None:
             print(f"dynstep run --dap {dap['address']}: {problem}", file=sys.stderr)
             return 2
-    code = 0
+    code = 1          # what the job's debug client hears if torchrun ends some other way (Ctrl-C, an error)
     try:
         run(args)
+        code = 0
     except ChildFailedError as exc:
         codes = sorted({f.exitcode for f in exc.failures.values()})
         code = 3 if codes == [3] else 1

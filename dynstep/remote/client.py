@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..core.events import Warning_, emit
 from .protocol import FrameReader, ProtocolError, encode, start_thread
 
 
@@ -48,7 +49,7 @@ class DapClient:
             while (body := reader.read()) is not None:
                 msg = json.loads(body)
                 if self.on_message is not None:
-                    self.on_message(msg)
+                    _guarded(self.on_message, msg)
                 if msg.get("type") == "response":
                     with self._lock:
                         waiter = self._waiting.pop(msg.get("request_seq"), None)
@@ -129,6 +130,14 @@ def _deliver(waiter: Any, msg: dict[str, Any] | None) -> None:
     if waiter is None:
         return
     if callable(waiter):
-        waiter(msg)
+        _guarded(waiter, msg)
     else:
         waiter.put(msg)
+
+
+def _guarded(callback: Callable[[Any], None], msg: Any) -> None:
+    """A callback's failure is said, and the reader goes on (the other requests still get their answers)."""
+    try:
+        callback(msg)
+    except Exception as exc:
+        emit(Warning_(f"debug adapter client: a handler failed on {str(msg)[:120]}: {type(exc).__name__}: {exc}"))

@@ -13,9 +13,10 @@ then on routes each request to the rank it concerns and each event back.
 Numbers a worker hands out (threadId, frameId, variablesReference, sourceReference) are unique
 here as ``number * N + i`` (N workers): a request carrying one goes to worker ``number % N`` with
 ``number // N``. Memory references are prefixed ``i:``. Breakpoint requests go to every worker;
-the lowest connected worker answers them (every worker saw the same requests in the same order,
-so breakpoint ids agree) and only its `breakpoint` events are passed on. A request that names no
-rank (an `evaluate` without a frame: a hover while running) goes to that worker too. Output lines
+the adapter numbers the client's breakpoints itself and maps each worker's ids to them by
+position (in the answers, `breakpoint` events and `hitBreakpointIds`); the lowest connected
+worker's answer is the client's, and only its `breakpoint` events are passed on. A request that
+names no rank (an `evaluate` without a frame: a hover while running) goes to that worker too. Output lines
 are prefixed ``[rank R]``; a worker's `exited` becomes a line of output and `thread` exits; the
 adapter's own `exited`/`terminated` come when the launcher says the job ended (`job_ended`).
 
@@ -27,33 +28,22 @@ adapter's own `exited`/`terminated` come when the launcher says the job ended (`
 from __future__ import annotations
 
 import hmac
+import itertools
 import socket
 import threading
 import time
 from typing import Any
 
 from ..core.events import Warning_, emit
-from .client import ClientError, DapClient
-from .jobids import JobIds
+from .jobids import JobIds, to_client
+from .jobworkers import CONFIG, Worker, WorkerSide
 from .protocol import BadRequest, Connection, notify, parse_request, reply, start_thread
 from .requests import CAPABILITIES, is_loopback
 
-CONFIG = frozenset({"setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints"})
-ATTACH_WAIT_S = 30.0        # how long `attach` waits for the workers' servers to come up
+ATTACH_WAIT_S = 1.0         # how long `attach` lets running workers connect first (later ones join anyway)
 
 
-class Worker:
-    """One rank's DAP server, as the adapter sees it."""
-
-    def __init__(self, index: int, address: tuple[str, int]) -> None:
-        self.index, self.address = index, address
-        self.rank = index                      # the job's rank, once the worker's `process` event says it
-        self.link: DapClient | None = None     # live: attached and replayed
-        self.threads: set[int] = set()         # this adapter's ids of the worker's threads
-        self.exit_code: int | None = None
-
-
-class JobAdapter:
+class JobAdapter(WorkerSide):
     def __init__(self, host: str, port: int, workers: list[tuple[str, int]], *, token: str | None = None) -> None:
         if not is_loopback(host) and not token:
             raise ValueError(f"dynstep: serving the debug adapter protocol on {host!r} (not a loopback address) "
@@ -65,7 +55,8 @@ class JobAdapter:
         self.host, self.port = self.listener.getsockname()[:2]
         self.lock = threading.RLock()
         self.conn: Connection | None = None
-        self.history: list[tuple[str, dict[str, Any]]] = []
+        self.history: list[tuple[str, dict[str, Any], tuple[int, ...]]] = []   # (command, args, the client's bp ids)
+        self.next_bp = itertools.count(1)
         self.state = "none"
         self.goodbye: dict[str, Any] = {}
         self.ended = threading.Event()
@@ -87,6 +78,7 @@ class JobAdapter:
                 busy = self.conn is not None
                 if not busy:
                     self.conn, self.state, self.history, self.goodbye = conn, "none", [], {}
+                    self.next_bp = itertools.count(1)
                     self.left.clear()
             if busy:
                 self._event(conn, "output", {"category": "important", "output": "dynstep: another debug client is "
@@ -136,7 +128,7 @@ class JobAdapter:
             return self._configure(conn, req, command, args)
         if command == "configurationDone":
             with self.lock:
-                self.history.append((command, args))
+                self.history.append((command, args, ()))
                 self._broadcast(command, args)
             return self._respond(conn, req)
         if command == "threads":
@@ -168,7 +160,8 @@ class JobAdapter:
         start_thread(self._attached, "dynstep-job-attach", conn, req)   # the reader goes on reading
 
     def _attached(self, conn: Connection, req: dict[str, Any]) -> None:
-        """Answer `attach` once every rank is connected (or ATTACH_WAIT_S passed, or the client left)."""
+        """Answer `attach` once every rank is connected or ATTACH_WAIT_S passed (ranks that start later
+        join with the whole session), unless the client left."""
         deadline = time.monotonic() + ATTACH_WAIT_S
         while time.monotonic() < deadline and not self.ended.is_set() and not all(w.link for w in self.workers):
             if self.conn is not conn:
@@ -183,20 +176,21 @@ class JobAdapter:
             self._output(conn, f"dynstep: not yet connected to {', '.join(missing)}: they join when they start")
 
     def _configure(self, conn: Connection, req: dict[str, Any], command: str, args: dict[str, Any]) -> None:
+        wanted = args.get("breakpoints") if isinstance(args.get("breakpoints"), list) else []
+        ids = tuple(next(self.next_bp) for _ in wanted) if command != "setExceptionBreakpoints" else ()
         with self.lock:
-            self.history.append((command, args))
+            self.history.append((command, args, ids))
             lead = self._lead()
             for worker in self.workers:
                 if worker.link is not None and worker.index != lead:
-                    self._send(worker, command, self.ids.down(args), None)
+                    self._send(worker, command, self.ids.down(args), self._learn(worker, ids))
         if lead is not None:
-            return self._forward(conn, req, command, args, lead)
+            return self._forward(conn, req, command, args, lead, ids)
         if command == "setExceptionBreakpoints":   # what every worker will answer
             return self._respond(conn, req, {"breakpoints": [{"verified": f == "nan"} for f in args.get("filters", [])
                                                              if isinstance(f, str)]})
-        wanted = args.get("breakpoints") if isinstance(args.get("breakpoints"), list) else []
-        self._respond(conn, req, {"breakpoints": [{"verified": False, "message": "no rank has started yet"}
-                                                  for _ in wanted]})
+        self._respond(conn, req, {"breakpoints": [{"id": i, "verified": False, "message": "no rank has connected yet"}
+                                                  for i in ids]})
 
     def _threads(self, conn: Connection, req: dict[str, Any]) -> None:
         live = [w for w in self.workers if w.link is not None]
@@ -217,15 +211,17 @@ class JobAdapter:
             msg = answers.get(worker.index)
             for thread in ((msg or {}).get("body") or {}).get("threads", []) if msg and msg.get("success") else []:
                 tid = self.ids.one(worker.index, thread["id"])
-                worker.threads.add(tid)
+                with self.lock:
+                    worker.threads.add(tid)
                 threads.append({"id": tid, "name": f"rank {worker.rank} · {thread.get('name', '')}"})
         self._respond(conn, req, {"threads": threads})
 
-    def _forward(self, conn: Connection, req: dict[str, Any], command: str, args: dict[str, Any], i: int | None) -> None:
+    def _forward(self, conn: Connection, req: dict[str, Any], command: str, args: dict[str, Any], i: int | None,
+                 bp_ids: tuple[int, ...] = ()) -> None:
         worker = self.workers[i] if i is not None and i < len(self.workers) else None
         if worker is None or worker.link is None:
-            which = f"rank {worker.rank} is" if worker is not None else "no rank is yet"
-            return self._respond(conn, req, error=f"{command}: {which} connected to this job's debug adapter")
+            which = f"rank {worker.rank} is not" if worker is not None else "no rank is"
+            return self._respond(conn, req, error=f"{command}: {which} connected to this job's debug adapter yet")
 
         def answered(msg: dict[str, Any] | None) -> None:
             if msg is None:
@@ -233,105 +229,13 @@ class JobAdapter:
             elif not msg.get("success"):
                 self._respond(conn, req, error=f"rank {worker.rank}: {msg.get('message') or command + ' failed'}")
             else:
-                self._respond(conn, req, self.ids.up(worker.index, msg.get("body"), command))
+                body = self.ids.up(worker.index, msg.get("body"), command)
+                if command in CONFIG and isinstance(body, dict) and isinstance(body.get("breakpoints"), list):
+                    body["breakpoints"] = [to_client(worker.bp_ids, bp) for bp in body["breakpoints"]]
+                self._respond(conn, req, body)
 
-        self._send(worker, command, self.ids.down(args), answered)
-
-    # -- the workers ---------------------------------------------------------------------------------
-
-    def _lead(self) -> int | None:
-        return next((w.index for w in self.workers if w.link is not None), None)
-
-    def _send(self, worker: Worker, command: str, args: dict[str, Any], on_response: Any) -> None:
-        link = worker.link
-        if link is None:
-            return
-        try:
-            link.send(command, args, on_response=on_response or (lambda msg: None))
-        except OSError:
-            link.close()      # its reader ends, answers the waiters with None and the worker is dropped
-
-    def _broadcast(self, command: str, args: dict[str, Any]) -> None:
-        for worker in self.workers:
-            self._send(worker, command, self.ids.down(args), None)
-
-    def _connect_loop(self, worker: Worker, conn: Connection) -> None:
-        """Connect, replay the session, forward its events; again if the worker's server goes and comes."""
-        while self.conn is conn and not self.ended.is_set():
-            try:
-                link = DapClient(*worker.address, timeout=10.0, queue_events=False,
-                                 on_message=lambda msg, w=worker: self._from_worker(w, msg))
-            except OSError:
-                time.sleep(0.2)
-                continue
-            refused = self._handshake(link)
-            if refused is not None:
-                link.close()
-                if not refused:            # no answer: a server going away as its rank ends; try again
-                    time.sleep(0.2)
-                    continue
-                self._output(conn, f"dynstep: local rank {worker.index}'s debug adapter refused the job: {refused}")
-                return
-            with self.lock:
-                if self.conn is not conn:
-                    link.close()
-                    return
-                for command, args in self.history:      # the session so far, in its order
-                    link.send(command, self.ids.down(args), on_response=lambda msg: None)
-                worker.link, worker.exit_code = link, None
-            link.closed.wait()
-            self._worker_gone(worker, conn)
-            if worker.exit_code == 0:
-                return                 # the rank is done; after a failure torchrun may start it again
-
-    def _handshake(self, link: DapClient) -> str | None:
-        """initialize and attach: None when attached, "" when the server did not answer, else why it refused."""
-        for command, args in (("initialize", {"adapterID": "dynstep", "clientID": "dynstep-job", "linesStartAt1": True,
-                                              "columnsStartAt1": True, "pathFormat": "path"}),
-                              ("attach", {"token": self.token} if self.token else {})):
-            try:
-                msg = link.response(command, args)
-            except (ClientError, OSError):
-                return ""
-            if not msg.get("success"):
-                return str(msg.get("message") or f"{command} failed")
-        return None
-
-    def _worker_gone(self, worker: Worker, conn: Connection) -> None:
-        with self.lock:
-            worker.link = None
-            threads, worker.threads = sorted(worker.threads), set()
-        for tid in threads:
-            self._event(conn, "thread", {"reason": "exited", "threadId": tid})
-        if worker.exit_code is None and self.conn is conn and not self.ended.is_set():
-            self._output(conn, f"dynstep: rank {worker.rank}'s debug adapter closed its connection")
-
-    def _from_worker(self, worker: Worker, msg: dict[str, Any]) -> None:
-        """An event from a worker (its reader thread), passed on as the client should see it."""
-        conn = self.conn
-        if conn is None or msg.get("type") != "event":
-            return
-        name, body = msg.get("event"), msg.get("body") or {}
-        if name == "process":
-            if type(body.get("dynstepRank")) is int:
-                worker.rank = body["dynstepRank"]
-            return
-        if name in ("initialized", "terminated"):
-            return
-        if name == "exited":
-            worker.exit_code = body.get("exitCode")
-            return self._output(conn, f"dynstep: rank {worker.rank} exited with code {worker.exit_code}")
-        if name == "breakpoint" and worker.index != self._lead():
-            return
-        body = self.ids.up(worker.index, body)
-        if type(body.get("threadId")) is int:
-            worker.threads.add(body["threadId"])
-        if name == "stopped":
-            body["allThreadsStopped"] = False
-            body["description"] = f"rank {worker.rank}: {body.get('description') or body.get('reason', '')}"
-        elif name == "output" and isinstance(body.get("output"), str):
-            body["output"] = _prefixed(f"[rank {worker.rank}] ", body["output"])
-        self._event(conn, name, body)
+        self._send(worker, command, self.ids.down(args), self._learn(worker, bp_ids, answered) if command in CONFIG
+                   else answered)
 
     # -- the end -------------------------------------------------------------------------------------
 
@@ -387,7 +291,3 @@ class JobAdapter:
     def _output(self, conn: Connection, text: str) -> None:
         self._event(conn, "output", {"category": "console", "output": text + "\n"})
 
-
-def _prefixed(prefix: str, text: str) -> str:
-    lines = text.splitlines(keepends=True)
-    return "".join(prefix + line for line in lines) if lines else text

@@ -7,6 +7,9 @@ stays 0) is ``x * N + i`` for the client, N workers, i the worker; memory refere
     ids = JobIds(2)
     ids.up(1, {"threadId": 1})                 -> {"threadId": 3}
     ids.route({"frameId": 3}), ids.down(...)   -> 1, {"frameId": 1}
+
+Breakpoint ids go the other way: the adapter numbers the client's breakpoints itself, and each
+worker's ids map to them by position in its answer to the same request (`learn`, `to_client`).
 """
 
 from __future__ import annotations
@@ -57,3 +60,23 @@ class JobIds:
                 return value % self.n
         prefix = str(args.get("memoryReference", "")).partition(":")[0]
         return int(prefix) % self.n if prefix.isdigit() else None
+
+
+def learn(table: dict[int, int], ids: tuple[int, ...], msg: dict[str, Any] | None) -> None:
+    """A worker's answer to a breakpoint request: its ids, position by position, are the client's `ids`."""
+    bps = ((msg or {}).get("body") or {}).get("breakpoints") if msg and msg.get("success") else None
+    for bp, mine in zip(bps if isinstance(bps, list) else [], ids):
+        if isinstance(bp, dict) and type(bp.get("id")) is int:
+            table[bp["id"]] = mine
+
+
+def to_client(table: dict[int, int], bp: Any) -> Any:
+    """One breakpoint body with the client's id."""
+    if isinstance(bp, dict) and type(bp.get("id")) is int:
+        return {**bp, "id": table.get(bp["id"], bp["id"])}
+    return bp
+
+
+def hits_to_client(table: dict[int, int], hits: Any) -> list[int]:
+    """A stopped event's hitBreakpointIds, as the client knows them (ids it never saw are left out)."""
+    return [table[i] for i in hits if i in table] if isinstance(hits, list) else []

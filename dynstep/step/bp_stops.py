@@ -54,8 +54,8 @@ def present_compile_stop(stop: CompileStop, fakes: dict[str, Any]) -> None:
     if frontend is None:
         return
     info = {"node": f"compile-time stop {stop.location}", "graph": f"compile {stop.compile_id}", "source": stop.location}
-    with job_pause(coord, info, None, turn=getattr(frontend, "shares_terminal", False)):
-        _answer_compile_stop(stepper, frontend, stop, fakes)   # (`step --all` does not reach a compile-time stop)
+    with job_pause(coord, info, None, turn=getattr(frontend, "shares_terminal", False), follow=False):
+        _answer_compile_stop(stepper, frontend, stop, fakes)   # `step --all` does not reach a compile-time stop
 
 
 def _answer_compile_stop(stepper: Any, frontend: Any, stop: CompileStop, fakes: dict[str, Any]) -> None:

@@ -120,7 +120,7 @@ def test_requests_for_no_rank_and_a_wrong_token_are_clear_errors():
         client.request("initialize", {"adapterID": "dynstep"})
         client.request("attach", {"token": "s3cret"})
         response = client.response("stackTrace", {"threadId": 1})
-        assert not response["success"] and "no rank is yet connected" in response["message"]
+        assert not response["success"] and "no rank is connected to this job's debug adapter yet" in response["message"]
         assert not client.invalid, client.invalid
         client.close()
     finally:
@@ -158,3 +158,41 @@ def test_malformed_messages_never_take_the_jobs_adapter_down(ranks):
     client.request("configurationDone")
     assert len(client.request("threads")["threads"]) == 2 and not client.invalid
     client.close()
+
+
+def test_the_client_keeps_its_own_breakpoint_ids_whatever_each_rank_numbers(monkeypatch):
+    """Rank 1's server numbered breakpoints for an earlier client; rank 0 starts after the breakpoints were
+    set. The client sees one id per breakpoint throughout: in the answer, in the late rank's `breakpoint`
+    event, and in a stop's hitBreakpointIds from either rank."""
+    monkeypatch.setattr(job_mod, "ATTACH_WAIT_S", 0.2)
+    late_port = _free_port()
+    busy = DapServer("127.0.0.1", 0)
+    earlier = Client(busy.port, timeout=10)
+    earlier.attach()
+    earlier.request("setFunctionBreakpoints", {"breakpoints": [{"name": "op:cos"}, {"name": "op:sin"}, {"name": "op:tan"}]})
+    earlier.request("disconnect")
+    earlier.close()
+    assert busy.disconnected.wait(5)
+    adapter = JobAdapter("127.0.0.1", 0, [("127.0.0.1", late_port), ("127.0.0.1", busy.port)])
+    late = None
+    try:
+        client = attached(adapter)
+        (bp,) = client.request("setFunctionBreakpoints", {"breakpoints": [{"name": "op:relu"}]})["breakpoints"]
+        client.request("configurationDone")
+        assert bp["id"] == 1 and [b.id for b in busy.breakpoints.all()] == [4]   # rank 1 numbers it 4
+        late = DapServer("127.0.0.1", late_port)
+        changed = client.wait_event("breakpoint", timeout=10)["body"]       # rank 0 joins and answers for it
+        assert changed["reason"] == "changed" and changed["breakpoint"]["id"] == 1
+        conn = adapter.conn
+        for worker, own in ((adapter.workers[0], 1), (adapter.workers[1], 4)):
+            adapter._from_worker(worker, {"type": "event", "event": "stopped", "body": {
+                "reason": "function breakpoint", "threadId": 1, "hitBreakpointIds": [own]}}, conn)
+            stop = client.wait_event("stopped", timeout=10)["body"]
+            assert stop["hitBreakpointIds"] == [1] and stop["description"].startswith(f"rank {worker.index}:")
+        assert not client.invalid, client.invalid
+        client.close()
+    finally:
+        adapter.close()
+        busy.close()
+        if late is not None:
+            late.close()
