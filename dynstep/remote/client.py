@@ -14,6 +14,7 @@ import json
 import queue
 import signal
 import socket
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -28,9 +29,16 @@ class ClientError(Exception):
 
 class DapClient:
     def __init__(self, host: str, port: int, *, timeout: float = 10.0,
-                 on_message: Callable[[dict[str, Any]], None] | None = None, queue_events: bool = True) -> None:
+                 on_message: Callable[[dict[str, Any]], None] | None = None, queue_events: bool = True,
+                 send_timeout: float | None = None) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.settimeout(None)
+        if send_timeout is not None and hasattr(socket, "SO_SNDTIMEO"):
+            # a peer that stops reading (a SIGSTOPped rank) makes `send` fail (OSError) instead of blocking
+            # forever; receiving stays blocking
+            seconds = int(send_timeout)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                                 struct.pack("ll", seconds, int((send_timeout - seconds) * 1e6)))
         self.timeout = timeout
         self.on_message, self.queue_events = on_message, queue_events
         self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()

@@ -15,6 +15,7 @@ from .jobids import JobIds, hits_to_client, learn, to_client
 from .protocol import Connection
 
 CONFIG = frozenset({"setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints"})
+SEND_TIMEOUT_S = 5.0     # a rank that stops reading (SIGSTOP) is dropped, not waited for under the adapter's lock
 
 
 class Worker:
@@ -64,7 +65,7 @@ class WorkerSide:
         """Connect, replay the session, forward its events; again if the worker's server goes and comes."""
         while self.conn is conn and not self.ended.is_set():
             try:
-                link = DapClient(*worker.address, timeout=10.0, queue_events=False,
+                link = DapClient(*worker.address, timeout=10.0, queue_events=False, send_timeout=SEND_TIMEOUT_S,
                                  on_message=lambda msg, w=worker: self._from_worker(w, msg, conn))
             except OSError:
                 time.sleep(0.2)

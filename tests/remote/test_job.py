@@ -196,3 +196,22 @@ def test_the_client_keeps_its_own_breakpoint_ids_whatever_each_rank_numbers(monk
         busy.close()
         if late is not None:
             late.close()
+
+
+def test_a_rank_that_stops_reading_is_dropped_not_waited_for():
+    """A send to a peer that never reads fails after the send timeout (the job's adapter drops that rank)
+    instead of blocking the adapter, which holds its lock while it sends."""
+    from dynstep.remote.client import DapClient
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = DapClient("127.0.0.1", listener.getsockname()[1], send_timeout=0.3)
+        peer, _ = listener.accept()          # accepted, never read
+        started = time.monotonic()
+        try:
+            with pytest.raises(OSError):
+                for _ in range(10_000):
+                    client.send("evaluate", {"expression": "x" * 100_000}, on_response=lambda msg: None)
+            assert time.monotonic() - started < 30
+        finally:
+            client.close()
+            peer.close()
