@@ -288,6 +288,7 @@ class _Chunks:
     def __init__(self, folder: Path, problems: list[str], *, read: bool = True) -> None:
         self.folder, self.problems, self.read = folder, problems, read
         self.cache: dict[str, dict[str, torch.Tensor] | None] = {}
+        self.last: tuple[str, dict[str, torch.Tensor] | None] | None = None   # fetch's one chunk
         self.missing: dict[str, int] = {}
 
     def tensor(self, ref: Any) -> torch.Tensor | None:
@@ -308,20 +309,28 @@ class _Chunks:
         return tensor
 
     def fetch(self, ref: dict[str, str]) -> torch.Tensor | None:
-        """A checked reference's tensor, read now (the lazy path of a `tensors=False` load)."""
-        tensors = self._load(ref["chunk"])
+        """A checked reference's tensor, read now (the lazy path of a `tensors=False` load). Only the
+        last chunk read is kept: a report reads a few hits of a recording that may not fit in memory."""
+        name = ref["chunk"]
+        if self.last is None or self.last[0] != name:
+            self.last = None                      # the old chunk goes before the next is read
+            self.last = (name, self._read(name))
+        tensors = self.last[1]
         return tensors.get(ref["key"]) if tensors is not None else None
 
     def _load(self, name: str) -> dict[str, torch.Tensor] | None:
         if name not in self.cache:
-            try:
-                from safetensors.torch import load as load_bytes
-
-                self.cache[name] = load_bytes(_read_regular(self.folder / name))
-            except Exception as exc:   # missing, not a regular file, truncated, not safetensors
-                self.cache[name] = None
-                self.problems.append(f"chunk {name} cannot be read ({type(exc).__name__}: {exc})")
+            self.cache[name] = self._read(name)
         return self.cache[name]
+
+    def _read(self, name: str) -> dict[str, torch.Tensor] | None:
+        try:
+            from safetensors.torch import load as load_bytes
+
+            return load_bytes(_read_regular(self.folder / name))
+        except Exception as exc:   # missing, not a regular file, truncated, not safetensors
+            self.problems.append(f"chunk {name} cannot be read ({type(exc).__name__}: {exc})")
+            return None
 
     def report(self) -> None:
         for name, count in self.missing.items():

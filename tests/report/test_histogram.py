@@ -94,7 +94,11 @@ def test_a_recorded_training_run_has_the_histograms_of_its_real_values(tmp_path)
     with dynstep.session(path=tmp_path / "run.dynstep"):
         for x in xs:
             compiled(x).pow(2).mean().backward()
-    (panel,) = build(load(tmp_path / "run.dynstep", tensors=False)).panels
+    lazy, full = load(tmp_path / "run.dynstep", tensors=False), load(tmp_path / "run.dynstep")
+    assert len(list((tmp_path / "run.dynstep").glob("chunk-*.safetensors"))) > 1   # streamed: a chunk per flush
+    for s_lazy, s_full in [*zip(lazy.all(), full.all())][::-1] + [*zip(lazy.all(), full.all())]:   # chunk to chunk
+        assert torch.equal(lazy.tensor_of(s_lazy), s_full.tensor)
+    (panel,) = build(lazy).panels
     eager = model.fc1(xs[-1]).detach().double()
     counts, _ = torch.histogram(eager, bins=30, range=(float(eager.min()), float(eager.max())))
     assert panel.value_histogram.call == 2 and panel.value_histogram.counts == tuple(int(c) for c in counts)
