@@ -13,7 +13,6 @@ ready "in under a few seconds". Needs Chromium (apt-get install -y chromium).
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import tempfile
@@ -21,29 +20,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "front"))   # the DevTools-over-a-pipe driver the tests use
+sys.path.insert(0, str(ROOT / "tests" / "front"))   # the DevTools-over-a-pipe driver and recordings the tests use
 
 import chromium  # noqa: E402
+from synthetic import recording  # noqa: E402
 
-from dynstep.core.records import Snapshot, Stats  # noqa: E402
 from dynstep.front.cli import main  # noqa: E402
-from dynstep.probe.storage import save  # noqa: E402
-
-
-def recording(path: Path, calls: int, sites: int) -> Path:
-    snaps, seq = [], 0
-    for call in range(calls):
-        for kind in ("value", "grad"):
-            for p in range(sites):
-                seq += 1
-                m = math.sin(call / 9 + p)
-                snaps.append(Snapshot(kind=kind, probe="module:layers.*", node=f"linear_{p}",
-                                      target="torch.nn.functional.linear", module=f"layers.{p}",
-                                      source=f"model.py:{p}", graph="forward[0/0]", call=call, shape=(8, 8),
-                                      dtype="float32", device="cpu", stats=Stats(m - 2, m + 2, m, 1.0, abs(m) + 2,
-                                                                                 count=64),
-                                      site=2 * p + (kind == "grad"), seq=seq, source_text="x = fc(x)"))
-    return save(snaps, path)
 
 
 def main_(argv: list[str] | None = None) -> int:

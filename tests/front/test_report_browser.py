@@ -8,18 +8,15 @@ One browser for the module; skipped when Chromium is not installed (apt-get inst
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
 
 import dynstep
-from dynstep.core.records import Snapshot, Stats
 from dynstep.front.cli import main
 from dynstep.front.demo.model import make
-from dynstep.probe.storage import save
 
-from . import chromium
+from . import chromium, synthetic
 from .test_report_cli import EVIL_LINE, EVIL_MODULE, evil_recording
 
 pytestmark = pytest.mark.skipif(chromium.find() is None, reason="no chromium (apt-get install -y chromium)")
@@ -101,20 +98,8 @@ def test_the_planted_nan_is_named_highlighted_and_found_in_the_table(browser, ru
     page.close()
 
 
-def big_recording(path, calls=100, sites=50):
-    snaps, seq = [], 0
-    for call in range(calls):
-        for kind in ("value", "grad"):
-            for p in range(sites):
-                seq += 1
-                m = math.sin(call / 9 + p)
-                stats = Stats(nan=64) if (p, kind) == (17, "value") and call >= 61 else \
-                    Stats(m - 2, m + 2, m, 1.0, abs(m) + 2, count=64)
-                snaps.append(Snapshot(kind=kind, probe="module:layers.*", node=f"linear_{p}",
-                                      target="torch.nn.functional.linear", module=f"layers.{p}", source=f"model.py:{p}",
-                                      graph="forward[0/0]", call=call, shape=(8, 8), dtype="float32", device="cpu",
-                                      stats=stats, site=2 * p + (kind == "grad"), seq=seq, source_text="x = fc(x)"))
-    return save(snaps, path)
+def big_recording(path):
+    return synthetic.recording(path, calls=100, sites=50, nan=(17, 61))
 
 
 def test_a_10000_hit_recording_opens_and_pages_sorts_filters(browser, tmp_path):
