@@ -27,7 +27,6 @@ adapter's own `exited`/`terminated` come when the launcher says the job ended (`
 
 from __future__ import annotations
 
-import hmac
 import itertools
 import socket
 import threading
@@ -38,16 +37,14 @@ from ..core.events import Warning_, emit
 from .jobids import JobIds, to_client
 from .jobworkers import CONFIG, Worker, WorkerSide
 from .protocol import BadRequest, Connection, notify, parse_request, reply, start_thread
-from .requests import CAPABILITIES, is_loopback
+from .requests import CAPABILITIES, require_token, token_matches
 
 ATTACH_WAIT_S = 1.0         # how long `attach` lets running workers connect first (later ones join anyway)
 
 
 class JobAdapter(WorkerSide):
     def __init__(self, host: str, port: int, workers: list[tuple[str, int]], *, token: str | None = None) -> None:
-        if not is_loopback(host) and not token:
-            raise ValueError(f"dynstep: serving the debug adapter protocol on {host!r} (not a loopback address) "
-                             "needs a token (--dap-token, or let `dynstep run` generate one)")
+        require_token(host, token)
         self.token = token
         self.workers = [Worker(i, a) for i, a in enumerate(workers)]
         self.ids = JobIds(len(workers))
@@ -142,15 +139,10 @@ class JobAdapter(WorkerSide):
             return self._respond(conn, req)
         self._forward(conn, req, command, args, self._lead() if i is None else i)
 
-    def _check_token(self, args: dict[str, Any]) -> bool:
-        given = args.get("token")
-        return self.token is None or (isinstance(given, str) and
-                                      hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode()))
-
     def _attach(self, conn: Connection, req: dict[str, Any], args: dict[str, Any]) -> None:
         if self.state != "initialized":
             return self._respond(conn, req, error="initialize first" if self.state == "none" else "attach was already received")
-        if not self._check_token(args):
+        if not token_matches(args.get("token"), self.token):
             self._respond(conn, req, error="attach refused: this dynstep job needs its token (the \"token\" attribute "
                           "of the attach configuration, printed when the job started)")
             return conn.flush_and_close()

@@ -50,6 +50,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def require_token(host: str, token: str | None) -> None:
+    """Listening beyond this machine needs a token (the process's server and a job's adapter alike)."""
+    if not is_loopback(host) and not token:
+        raise ValueError(f"dynstep: serving the debug adapter protocol on {host!r} (not a loopback address) "
+                         "needs a token (--dap-token, or let `dynstep run` generate one)")
+
+
+def token_matches(given: Any, token: str | None) -> bool:
+    """The client's token against the server's (none needed when the server has none), in constant time."""
+    return token is None or (isinstance(given, str) and
+                             hmac.compare_digest(given.encode("utf-8", "replace"), token.encode()))
+
+
 class SessionRequests:
     """Mixed into `DapServer`: session state and the handlers of session requests."""
 
@@ -142,9 +155,7 @@ class SessionRequests:
     def _check_token(self, args: dict[str, Any], *, required: bool) -> bool:
         if self.authenticated:
             return True
-        given = args.get("token")
-        if isinstance(given, str) and self.token is not None and \
-                hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode()):
+        if self.token is not None and token_matches(args.get("token"), self.token):
             self.authenticated = True
         return self.authenticated or not required
 

@@ -31,7 +31,7 @@ from ..core.events import Warning_, emit
 from ..step.graphs import GRAPHS
 from .protocol import (ANSWERED, FRAME_TIMEOUT_S, BadRequest, Connection, DapError, notify,
                        parse_request, reply, start_thread)
-from .requests import SessionRequests, is_loopback
+from .requests import SessionRequests, require_token
 
 SESSION_COMMANDS = frozenset({"initialize", "attach", "launch", "setBreakpoints", "setFunctionBreakpoints",
                               "setExceptionBreakpoints", "configurationDone", "threads", "pause", "source",
@@ -52,9 +52,7 @@ class Held:
 class DapServer(SessionRequests):
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None,
                  frame_timeout: float = FRAME_TIMEOUT_S, on_terminate: Callable[[], None] | None = None) -> None:
-        if not is_loopback(host) and not token:
-            raise ValueError(f"dynstep: serving the debug adapter protocol on {host!r} (not a loopback address) "
-                             "needs a token (--dap-token, or let `dynstep run` generate one)")
+        require_token(host, token)
         self.token, self.frame_timeout, self.on_terminate = token, frame_timeout, on_terminate
         self.listener = socket.create_server((host, port))
         self.host, self.port = self.listener.getsockname()[:2]
