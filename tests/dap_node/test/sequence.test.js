@@ -1,7 +1,7 @@
 // The DAP session of tests/remote/test_sequence.py, driven by a client nobody here wrote: Microsoft's
 // DebugClient (@vscode/debugadapter-testsupport), against `dynstep run --dap 0 --wait` on a transformer
 // block compiled by Inductor on CPU.
-//   npm ci && PYTHON=/path/to/venv/python node --test --test-timeout=300000 test/
+//   npm ci && PYTHON=/path/to/venv/python node --test --test-concurrency=1 --test-timeout=300000 test/
 // tests/remote/test_node_client.py runs it (and skips when node, npm or node_modules are missing).
 'use strict';
 const { describe, it } = require('node:test');
