@@ -62,9 +62,9 @@ def configure_stepper(opts: Options) -> None:
 
 
 def _coordinate(opts: Options) -> None:
-    """In a distributed job every rank meets the others at each stop point (dynstep.dist): the
+    """In a distributed job every rank meets the others at each stop point (dynstep.jobs): the
     coordinator goes into the stepper's slot; which rank this is, is found at the first stop point."""
-    from dynstep.dist.coordinator import for_job
+    from dynstep.jobs.coordinator import for_job
 
     if STEPPER.coordinator is None:
         STEPPER.coordinator = for_job(opts.ranks)

@@ -11,7 +11,7 @@ plain data or a small wrapper (`TraceFrame`, `GuardEntry`); where a private obje
     bytecode   the bytecode stepper's hooks into Dynamo
     trace      the structured trace (TORCH_TRACE, tlparse): listening to it, writing artifacts into it
     native     mixed-mode debugging: Inductor's provenance, the dispatcher's kernel table, fake replay
-    distributed  the default process group's store and collective timeout (dynstep.dist)
+    distributed  the default process group's store and collective timeout (dynstep.jobs)
 """
 
 from __future__ import annotations

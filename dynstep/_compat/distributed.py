@@ -1,4 +1,4 @@
-"""torch.distributed internals the distributed coordinator needs (`dynstep.dist`).
+"""torch.distributed internals the distributed coordinator needs (`dynstep.jobs`).
 
     store = default_store()              # the default process group's store (PrefixStore over TCPStore)
     saved = pg_timeout(); set_pg_timeout(timedelta(days=1)); ...; set_pg_timeout(saved)

@@ -117,7 +117,7 @@ def _nan(nan: Any) -> str | None:
 
 def parse_ranks(value: Any) -> str | tuple[int, ...] | None:
     """The `ranks` option: "all", "0", "1,3", 2, [0, 1] -> "all" or sorted rank numbers (None: not set).
-    Whether the ranks exist is checked at run time, against the job (dynstep.dist.ranks)."""
+    Whether the ranks exist is checked at run time, against the job (dynstep.jobs.ranks)."""
     if value is None or value == "":
         return None
     if isinstance(value, str) and value.strip().lower() == "all":

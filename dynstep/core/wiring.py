@@ -86,7 +86,7 @@ def register_renderer(name: str, fn: Callable[..., Any], *, replace: bool = True
 
 def install_coordinator_factory(factory: Callable[[Any], Any] | None, *, replace: bool = True) -> None:
     """How a distributed job's coordinator is made for the stepper's slot: ``factory(ranks)`` returns
-    one (dynstep.dist.coordinator.for_job), or None in a single process."""
+    one (dynstep.jobs.coordinator.for_job), or None in a single process."""
     global _coordinators
     with _lock:
         if replace or _coordinators is None:

@@ -74,11 +74,11 @@ def cmd_run(args: argparse.Namespace) -> Result:
     dap, problem = dap_options(args)
     if problem:
         return False, f"dynstep run: {problem}", 2
-    from . import dist_cli
+    from . import jobs_cli
 
-    overrides = dist_cli.overrides_with_ranks(args, overrides)
-    if dist_cli.is_launcher(target, args.module is not None):   # torchrun: its workers run through dynstep
-        code = dist_cli.launch(target, script_args, overrides, dap, dist_cli.worker_flags(args))
+    overrides = jobs_cli.overrides_with_ranks(args, overrides)
+    if jobs_cli.is_launcher(target, args.module is not None):   # torchrun: its workers run through dynstep
+        code = jobs_cli.launch(target, script_args, overrides, dap, jobs_cli.worker_flags(args))
         return code == 0, "", code
     code = run(target, script_args, overrides, module=args.module is not None, step_bytecode=args.step_bytecode,
                native=args.native, dap=dap, explain=args.explain, record=args.record)
@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dynstep: {exc}", file=sys.stderr)
         return 2
     wiring.install()
-    from .dist_cli import split_launcher
+    from .jobs_cli import split_launcher
 
     argv, launcher_args = split_launcher(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)

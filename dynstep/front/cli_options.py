@@ -23,7 +23,7 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--nan", default=None, choices=["raise", "stop", "warn"], help="first NaN/Inf: raise, stop, warn")
     run.add_argument("--grads", action="store_true", help="also probe the gradient flowing into each probed value")
     run.add_argument("--step", action="store_true", help="stop at the first node of the first graph")
-    from .dist_cli import add_arguments
+    from .jobs_cli import add_arguments
 
     add_arguments(run)
     run.add_argument("--step-bytecode", action="store_true",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.commands import split_commands
 from ..core.errors import Abort
 from ..core.events import CommandFailed, CommandRead, emit
-from ..dist.identity import current as current_identity
+from ..jobs.identity import current as current_identity
 
 if TYPE_CHECKING:
     from ..core.wiring import Frontend
@@ -40,7 +40,7 @@ def make_frontend(kind: str | None, commands: str | None) -> "Frontend | None":
         return ScriptFrontend("")
     ident = current_identity()
     if ident.multi:   # a rank of a distributed job: its prompt on the launcher's terminal
-        from .dist_repl import rank_repl
+        from .jobs_repl import rank_repl
 
         return rank_repl(ident.rank)
     if sys.stdin is not None and sys.stdin.isatty():

@@ -4,7 +4,7 @@
 event sink (`console.default_sink`: probe prints and warnings on stderr, stepper events through
 the REPL's renderer), the stop front-end factory (`frontends.make_frontend`: scripted commands,
 pdb, the terminal REPL), the diff's renderers (the rich table, the HTML page) and how a
-distributed job's coordinator is made (`dist.coordinator.for_job`). It is the
+distributed job's coordinator is made (`jobs.coordinator.for_job`). It is the
 ``terminal`` entry of the ``dynstep.frontends`` entry-point group (pyproject.toml), which the
 engine loads the first time it needs a front end; `dynstep`'s CLI calls it directly. What a
 program installed before (an editor's front end) is kept: ``replace=False``.
@@ -19,7 +19,7 @@ from ..core import wiring
 
 
 def install() -> None:
-    from ..dist.coordinator import for_job
+    from ..jobs.coordinator import for_job
     from . import console, diff_html, diff_show, frontends
 
     wiring.install_sink(console.default_sink, replace=False)

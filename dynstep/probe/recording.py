@@ -34,7 +34,7 @@ import torch
 from ..core.errors import StorageError
 from ..core.records import STAT_FIELDS, Snapshot, Stats
 from ..graph.filter import filter_records
-from ..dist.paths import rank_dirs
+from ..jobs.paths import rank_dirs
 from ..report.compile_log import Entry
 from ..report.records import CompileEvent, GraphPlan, RunInfo, from_json
 from .storage import FORMAT, READS, save
@@ -90,8 +90,8 @@ class Recording:
 
     def compare_ranks(self, selector: str | None = None, **tolerance: float) -> list:
         """Hits whose value differs between ranks: per hit, the first rank that differs from rank 0
-        (dynstep.dist.compare.RankDifference), for values every rank should hold alike."""
-        from ..dist.compare import compare_ranks
+        (dynstep.jobs.compare.RankDifference), for values every rank should hold alike."""
+        from ..jobs.compare import compare_ranks
 
         return compare_ranks(self.records(selector), **tolerance)
 

@@ -32,7 +32,7 @@ from ..core.errors import Abort, DynstepError, NonFiniteError
 from ..core.events import ProbePrinted, emit
 from ..core.records import Snapshot, Stats
 from ..core.sites import SITES, HandConfig, Site
-from ..dist.identity import rank_world
+from ..jobs.identity import rank_world
 from .stats import nonfinite_counts, stats_of, unsupported_reason
 
 log = logging.getLogger("dynstep")

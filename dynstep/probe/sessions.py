@@ -40,7 +40,7 @@ from pathlib import Path
 from ..core.errors import OptionsError, SessionError
 from ..core.records import Snapshot
 from ..core.sites import SITES
-from ..dist.paths import rank_path
+from ..jobs.paths import rank_path
 from ..graph.filter import filter_records
 from ..report.compile_log import COMPILE_LOG
 from ..report.records import RunInfo

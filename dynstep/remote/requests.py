@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.events import Warning_, emit
-from ..dist import identity
+from ..jobs import identity
 from ..step.graphs import GRAPHS
 from ..step.stepper import STEPPER
 from .breakpoints import Breakpoints

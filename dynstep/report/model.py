@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..core.records import Snapshot, Stats
-from ..dist.compare import RankDifference, compare_ranks
+from ..jobs.compare import RankDifference, compare_ranks
 from ..graph import selectors as sel
 from ..graph.filter import snapshot_matches
 from .histogram import Histogram, histogram

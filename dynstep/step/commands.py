@@ -20,7 +20,7 @@ from ..core.events import Evaluated, GraphShown, Info, Resumed, WhereShown, emit
 from ..core.records import Snapshot
 from ..core.sites import SITES
 from ..graph import selectors as sel
-from ..dist.identity import rank_world
+from ..jobs.identity import rank_world
 from ..probe.sessions import deliver
 from ..probe.stats import stats_of
 from .graphs import GRAPHS, break_sites

@@ -1,6 +1,6 @@
 """The stepper's commands for distributed jobs, and its side of the coordinator plug-in.
 
-The stepper never imports `dynstep.dist`: the superstep backend puts a coordinator into
+The stepper never imports `dynstep.jobs`: the superstep backend puts a coordinator into
 `Stepper.coordinator` (None in a single process), and these commands use what it offers:
 
     ranks               where every rank is (running, waiting, paused at which node)
@@ -26,7 +26,7 @@ FORWARDED = frozenset({"print", "set", "where", "graph", "record", "help", "watc
 
 
 class Coordinator(Protocol):
-    """What dynstep.dist.coordinator.Coordinator offers the stepper (docs/distributed.md)."""
+    """What dynstep.jobs.coordinator.Coordinator offers the stepper (docs/distributed.md)."""
 
     def stop_point(self, site: "Site", pause: Callable[[], bool], serve: Callable[[str], list]) -> None: ...
     def agree(self, want: bool, fine: bool = True) -> bool: ...

@@ -1,6 +1,6 @@
 """The job's debug adapter (remote/job.py) in one process: two real DapServers stand in for the ranks'
 servers, a validating client attaches to the adapter. The full job (torchrun, two ranks stopping at
-once) is tests/dist/test_jobs.py::test_one_debug_adapter_for_the_job_with_a_thread_per_rank."""
+once) is tests/jobs/test_jobs.py::test_one_debug_adapter_for_the_job_with_a_thread_per_rank."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 // A torchrun job's debug adapter (dynstep/remote/job.py), driven by Microsoft's DebugClient: two CPU ranks
-// (gloo) of tests/dist/job.py under `dynstep run --dap PORT --wait --ranks all -m torch.distributed.run`; one
+// (gloo) of tests/jobs/job.py under `dynstep run --dap PORT --wait --ranks all -m torch.distributed.run`; one
 // session, one thread per rank, both ranks stopped at once and each inspected, changed and continued.
 'use strict';
 const { describe, it } = require('node:test');

@@ -1,5 +1,5 @@
 """Distributed jobs for real: two CPU processes, gloo, DDP training of a small transformer
-(tests/dist/job.py) under torchrun, through `dynstep run`, and under a launcher of our own.
+(tests/jobs/job.py) under torchrun, through `dynstep run`, and under a launcher of our own.
 
 Each test compares with `job.simulate()`, the same training in eager in this process.
 """

@@ -130,7 +130,7 @@ def _check_world(ranks: Any, args: argparse.Namespace) -> str:
     and a launcher dynstep can reach the workers of: the problem, or ""."""
     from ..core.errors import OptionsError
     from ..core.options import parse_ranks
-    from ..dist.ranks import chosen
+    from ..jobs.ranks import chosen
 
     try:
         parse_ranks(ranks)

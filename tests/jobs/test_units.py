@@ -13,9 +13,9 @@ from dynstep.core.errors import NonFiniteError, OptionsError, StorageError
 from dynstep.core.events import Evaluated, Info, TensorView
 from dynstep.core.options import Options
 from dynstep.core.records import Snapshot, Stats
-from dynstep.dist import forward, identity, paths
-from dynstep.dist.identity import Identity
-from dynstep.dist.ranks import check_job, chosen
+from dynstep.jobs import forward, identity, paths
+from dynstep.jobs.identity import Identity
+from dynstep.jobs.ranks import check_job, chosen
 from dynstep.probe.storage import Writer, save
 
 
@@ -161,7 +161,7 @@ def test_dynstep_run_refuses_ranks_a_torchrun_job_does_not_have():
 
 
 def test_the_launchers_own_options_are_left_to_it():
-    from dynstep.front.dist_cli import environment, split_launcher
+    from dynstep.front.jobs_cli import environment, split_launcher
 
     argv = ["run", "--pause", "module:layers.1", "--ranks", "1", "-m", "torch.distributed.run", "--nproc-per-node",
             "2", "train.py", "--lr", "3"]

@@ -1,6 +1,6 @@
 """A DDP training job of a small transformer for the distributed tests (gloo, CPU).
 
-    torchrun --nproc-per-node 2 tests/dist/job.py --out DIR [--steps 2] [--record DIR]
+    torchrun --nproc-per-node 2 tests/jobs/job.py --out DIR [--steps 2] [--record DIR]
 
 Every torch.compile option comes from DYNSTEP_* (pause, ranks, commands...). Each rank writes
 DIR/rank<N>.json: its losses and a checksum of its parameters. `simulate()` computes what each
