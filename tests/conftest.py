@@ -15,6 +15,15 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 
+# every test module pytest started collecting in this run (tests/test_collection.py compares it with the disk)
+STARTED_MODULES: set[str] = set()
+
+
+def pytest_collectstart(collector):
+    if isinstance(collector, pytest.Module):
+        STARTED_MODULES.add(str(collector.path))
+
+
 @pytest.fixture(autouse=True)
 def _fresh_compile_state():
     from dynstep.step.stepper import STEPPER

@@ -38,15 +38,17 @@ __all__ = ["Result", "VERBS", "build_parser", "main"]
 
 def cmd_demo(args: argparse.Namespace) -> Result:
     """Compile a small GPT with superstep, record every block, print what the probes saw."""
-    from .console import print_table
-    from .demo.run import PROBES, run_demo
+    from .console import phases, print_table
+    from .demo.run import NEXT, PROBES, run_demo
 
-    result = run_demo(inner=args.inner, steps=args.steps)
+    with phases("dynstep demo") as on_phase:
+        result = run_demo(inner=args.inner, steps=args.steps, on_phase=on_phase)
     print(f"dynstep demo: TinyGPT compiled with backend='superstep' (inner={result.inner}), "
           f"{args.steps} training steps, probes: {', '.join(PROBES)}")
     print_table(result.snapshots, title=f"forward values, last step (inner={result.inner})")
     print_table(result.grads, title="gradients flowing into the probed values, last step")
     print(f"loss {result.loss:.4f}   compiled vs eager after training: max |diff| {result.max_abs_vs_eager:.2e}")
+    print("\nTry next, on your own script:\n" + "\n".join(f"  {cmd:<64} # {what}" for cmd, what in NEXT))
     return True, ""
 
 

@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -61,3 +63,27 @@ def snapshots_table(snaps: Sequence[Snapshot], title: str = "probe hits") -> Tab
 def print_table(snaps: Sequence[Snapshot], title: str = "probe hits", file=None) -> None:
     console = Console(file=file or sys.stdout, highlight=False, width=max(_out.width, 140))
     console.print(snapshots_table(snaps, title))
+
+
+@contextlib.contextmanager
+def phases(label: str) -> Iterator[Callable[[str], None]]:
+    """Say what a long command is doing, on stderr: a spinner on a terminal, else one line per phase;
+    each finished phase is shown with its time."""
+    state: dict[str, object] = {"text": "", "start": 0.0}
+    with contextlib.ExitStack() as stack:
+        status = stack.enter_context(_err.status("", spinner="dots")) if _err.is_terminal else None
+
+        def finish() -> None:
+            if state["text"]:
+                _err.print(f"[green]✓[/] {state['text']} [dim]({time.monotonic() - float(state['start']):.1f} s)[/]")
+
+        def on_phase(text: str) -> None:
+            finish()
+            state.update(text=text, start=time.monotonic())
+            if status is not None:
+                status.update(f"{label}: {text}")
+            else:
+                _err.print(f"{label}: {text} ...")
+
+        yield on_phase
+        finish()

@@ -45,6 +45,8 @@ def _kernels(lines: list[str]) -> None:
     breakpoints.ensure()   # ... and one with stop points or breakpoints
     st = native.status()
     lines.append(f"native extension: {'loaded' if st.loaded else 'not loaded'} ({st.reason})")
+    if not st.loaded and st.fix:
+        lines.append(f"  to fix: {st.fix}")
     lines.append("kernels (dispatch keys with a kernel):")
     for name, keys in schema.registered_kernels().items():
         lines.append(f"  dynstep::{name:<12} {', '.join(keys):<40} {_kernel_note(name, keys, st.reason)}")
