@@ -22,7 +22,20 @@ import sys
 from pathlib import Path
 
 
+def _tools_on_path() -> None:
+    """torch runs `ninja` from PATH; a venv's python started without activating the venv (or the
+    `ninja` wheel's own binary folder) is not on it."""
+    try:
+        import ninja
+        extra = [str(ninja.BIN_DIR)]
+    except (ImportError, AttributeError):
+        extra = []
+    extra.append(os.path.dirname(sys.executable))
+    os.environ["PATH"] = os.pathsep.join([*extra, os.environ.get("PATH", "")])
+
+
 def build(job: dict) -> Path:
+    _tools_on_path()
     if job.get("cuda_home"):
         os.environ["CUDA_HOME"] = job["cuda_home"]   # read by cpp_extension when it is imported
     from torch.utils import cpp_extension
