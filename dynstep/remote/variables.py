@@ -2,7 +2,10 @@
 
 A tensor expands to ``shape``, ``dtype``, ``device``, ``stats`` (named) and its rows along dim 0
 (indexed, paged with start/count): each row is a view, summarised on the device, so a client never
-receives a copy of a large tensor. Handles (``variablesReference``) live for one stop only.
+receives a copy of a large tensor. For a client that does not page (no `supportsVariablePaging`),
+more than 100 rows come as groups ``[0:100]``, ``[100:200]``, ... (groups of groups past 10,000 rows),
+each expanding to its rows, so every row is reachable. Handles (``variablesReference``) live for one
+stop only.
 
     handles = Handles(); ref = handles.add(TensorChildren(t, "value", writer))
     handles.get(ref).children("indexed", 100, 50)      -> [Child("[100]", t[100], "value[100]"), ...]
@@ -71,7 +74,9 @@ class Handles:
 
 def short(value: Any) -> str:
     """One line for a value: tensors as dtype[shape] device and a few stats, others by repr."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, RowRange):
+        text = str(value)
+    elif isinstance(value, torch.Tensor):
         try:
             text = tensor_summary(value)
         except Exception:   # a FakeTensor at a compile-time stop, an odd subclass: its type is enough
@@ -104,14 +109,19 @@ def _num(v: float) -> str:
 
 
 def type_name(value: Any) -> str:
+    if isinstance(value, RowRange):
+        return "rows"
     return "Tensor" if isinstance(value, torch.Tensor) else type(value).__name__
 
 
-def expandable(value: Any, evaluate_name: str, writer: Writer | None) -> Children | None:
-    """The children of a value a client can expand (None: a leaf)."""
+def expandable(value: Any, evaluate_name: str, writer: Writer | None, *, grouped: bool = False) -> Children | None:
+    """The children of a value a client can expand (None: a leaf); `grouped`: rows in groups for a
+    client that does not page."""
+    if isinstance(value, RowRange):
+        return RangeChildren(value)
     if isinstance(value, torch.Tensor):
         real = value.dim() > 0 and type(value) in (torch.Tensor, torch.nn.Parameter)
-        return TensorChildren(value, evaluate_name, writer) if real else None
+        return TensorChildren(value, evaluate_name, writer, grouped) if real else None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return MappingChildren({f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, evaluate_name)
     if isinstance(value, Mapping) and value:
@@ -150,10 +160,12 @@ class MappingChildren:
 
 
 class TensorChildren:
-    """shape, dtype, device, stats, then rows [0], [1], ... (paged; views, never copies)."""
+    """shape, dtype, device, stats, then rows [0], [1], ... (paged; views, never copies); `grouped`:
+    more than UNPAGED_LIMIT rows as RowRange groups instead."""
 
-    def __init__(self, t: torch.Tensor, evaluate_name: str, writer: Writer | None) -> None:
+    def __init__(self, t: torch.Tensor, evaluate_name: str, writer: Writer | None, grouped: bool = False) -> None:
         self.t, self.expr, self.writer = t, evaluate_name, writer
+        self.grouped = grouped and int(t.shape[0]) > UNPAGED_LIMIT
 
     def _named(self) -> dict[str, Any]:
         t = self.t
@@ -165,12 +177,17 @@ class TensorChildren:
                 "stats": stats}
 
     def counts(self) -> tuple[int, int]:
+        if self.grouped:
+            return 4 + len(RowRange(self.t, 0, int(self.t.shape[0]), self.expr, self.writer).groups()), 0
         return 4, int(self.t.shape[0])
 
     def children(self, filter_: str | None, start: int, count: int | None) -> list[Child]:
         out = []
         if filter_ != "indexed":
             out += [Child(n, v) for n, v in self._named().items()]
+        if self.grouped:
+            whole = RowRange(self.t, 0, int(self.t.shape[0]), self.expr, self.writer)
+            return out + ([] if filter_ == "named" else RangeChildren(whole).children(None, start, count))
         if filter_ != "named":
             rows = int(self.t.shape[0])
             lo = max(0, start) if filter_ == "indexed" else 0
@@ -179,16 +196,68 @@ class TensorChildren:
         return out
 
     def set(self, name: str, value: Any) -> Any:
-        if self.writer is None:
-            raise DapError("this value is read-only at this stop")
-        if not (name.startswith("[") and name.endswith("]") and name[1:-1].isdigit()):
-            raise DapError(f"only rows or elements ([i]) of a tensor can be set, not {name!r}")
-        i = int(name[1:-1])
-        if i >= self.t.shape[0]:
-            raise DapError(f"index {i} is out of range for a dimension of size {self.t.shape[0]}")
-        target = self.t[i]
-        try:
-            self.writer(target, value, f"{self.expr or 'tensor'}{name}")
-        except ValueError as exc:
-            raise DapError(str(exc)) from None
-        return target
+        return set_row(self.t, 0, int(self.t.shape[0]), self.expr, self.writer, name, value)
+
+
+def set_row(t: torch.Tensor, lo: int, hi: int, expr: str, writer: Writer | None, name: str, value: Any) -> Any:
+    """Write `value` into the row `name` ("[i]", lo <= i < hi) with the stepper's rules."""
+    if writer is None:
+        raise DapError("this value is read-only at this stop")
+    if not (name.startswith("[") and name.endswith("]") and name[1:-1].isdigit()):
+        raise DapError(f"only rows or elements ([i]) of a tensor can be set, not {name!r}")
+    i = int(name[1:-1])
+    if not lo <= i < hi:
+        raise DapError(f"index {i} is out of range for a dimension of size {t.shape[0]}"
+                       + (f" (this group holds rows {lo} to {hi - 1})" if (lo, hi) != (0, t.shape[0]) else ""))
+    target = t[i]
+    try:
+        writer(target, value, f"{expr or 'tensor'}{name}")
+    except ValueError as exc:
+        raise DapError(str(exc)) from None
+    return target
+
+
+@dataclasses.dataclass(frozen=True)
+class RowRange:
+    """Rows lo..hi-1 of a tensor, shown as one expandable group to a client that does not page."""
+
+    t: torch.Tensor
+    lo: int
+    hi: int
+    expr: str
+    writer: Writer | None
+
+    def groups(self) -> list["RowRange"]:
+        """Sub-groups of 100, 10,000, ... rows: at most UNPAGED_LIMIT of them."""
+        step = UNPAGED_LIMIT
+        while (self.hi - self.lo + step - 1) // step > UNPAGED_LIMIT:
+            step *= UNPAGED_LIMIT
+        return [RowRange(self.t, a, min(a + step, self.hi), self.expr, self.writer)
+                for a in range(self.lo, self.hi, step)]
+
+    def __str__(self) -> str:
+        return f"rows {self.lo} to {self.hi - 1} of {list(self.t.shape)}"
+
+
+class RangeChildren:
+    """A RowRange's children: its rows when there are at most UNPAGED_LIMIT, else its sub-groups."""
+
+    def __init__(self, rows: RowRange) -> None:
+        self.rows = rows
+
+    def _all(self) -> list[Child]:
+        r = self.rows
+        if r.hi - r.lo <= UNPAGED_LIMIT:
+            return [Child(f"[{i}]", r.t[i], f"{r.expr}[{i}]" if r.expr else "") for i in range(r.lo, r.hi)]
+        return [Child(f"[{g.lo}:{g.hi}]", g) for g in r.groups()]
+
+    def counts(self) -> tuple[int, int]:
+        return len(self._all()), 0
+
+    def children(self, filter_: str | None, start: int, count: int | None) -> list[Child]:
+        kids = [] if filter_ == "indexed" else self._all()[start:]
+        return kids[:count] if count else kids
+
+    def set(self, name: str, value: Any) -> Any:
+        r = self.rows
+        return set_row(r.t, r.lo, r.hi, r.expr, r.writer, name, value)

@@ -43,6 +43,11 @@ def definition(msg: dict) -> str:
 
 
 def validate(msg: dict) -> None:
+    """Against the schema. One relaxation: a response's request_seq may be 0. It answers a request a
+    client numbered 0 (nvim-dap before Dec 2023; the schema had no minimum until Jan 2026) or a message
+    with no readable seq (an error response naming no request); everything else in it is checked."""
+    if msg.get("type") == "response" and msg.get("request_seq") == 0:
+        msg = {**msg, "request_seq": 1}
     name = definition(msg)
     v = _validators.get(name)
     if v is None:
