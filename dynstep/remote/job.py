@@ -56,6 +56,7 @@ class JobAdapter(WorkerSide):
         self.history: list[tuple[str, dict[str, Any], tuple[int, ...]]] = []   # (command, args, the client's bp ids)
         self.next_bp = itertools.count(1)
         self.state = "none"
+        self.client_paging = False
         self.goodbye: dict[str, Any] = {}
         self.ended = threading.Event()
         self.left = threading.Event()            # set when a client has gone
@@ -112,6 +113,7 @@ class JobAdapter(WorkerSide):
             if self.state != "none":
                 return self._respond(conn, req, error="initialize was already received")
             self.state = "initialized"
+            self.client_paging = args.get("supportsVariablePaging") is True   # told to every rank's server
             return self._respond(conn, req, CAPABILITIES)
         if command == "launch":
             return self._respond(conn, req, error="dynstep runs inside your program: use an attach configuration")

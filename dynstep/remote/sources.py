@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Any
 
+from ..graph import info as gi
 from ..step.graphs import GRAPHS
 
 HEADER_LINES = 2
@@ -71,10 +72,10 @@ class Sources:
             if source is not None:
                 out.append(source)
                 seen_refs.add(source["sourceReference"])
-            for row in entry.rows:
-                file = row.source.rpartition(":")[0]
-                if file and file not in files and os.path.isfile(file):
-                    files[file] = {"name": os.path.basename(file), "path": os.path.abspath(file)}
+            for node in entry.graph.nodes:
+                for file in {f.file for f in gi.user_frames(node)} - set(files):
+                    if os.path.isfile(file):
+                        files[file] = {"name": os.path.basename(file), "path": os.path.abspath(file)}
         with self._lock:
             others = [(ref, name) for ref, (name, _) in self._texts.items() if ref not in seen_refs]
         out += [{"name": name, "sourceReference": ref, "origin": "dynstep"} for ref, name in sorted(others)]

@@ -79,7 +79,7 @@ class View:
         out = {"name": name, "value": short(value), "type": type_name(value), "variablesReference": 0}
         if evaluate_name:
             out["evaluateName"] = evaluate_name
-        kids = expandable(value, evaluate_name, self.writer_for(value), grouped=not self.paging)
+        kids = expandable(value, evaluate_name, self.writer_for(value))
         if kids is not None:
             out["variablesReference"] = self.handles.add(kids)
             named, indexed = kids.counts()
@@ -97,6 +97,8 @@ class View:
         start, count = _int(args.get("start"), 0), _int(args.get("count"), 0) or None
         if flt is None and (start or count):   # start/count over the whole list: named children, then rows
             children = _page_all(kids, start, count)
+        elif flt is None and not self.paging and hasattr(kids, "grouped"):   # every row reachable without paging
+            children = kids.grouped()
         else:
             children = kids.children(flt, start, count)
         return {"variables": [self.variable(c.name, c.value, c.evaluate_name) for c in children]}

@@ -9,8 +9,9 @@ shown as one frame (`root_frame`): its locals are the function's real locals whe
 entered.
 
 What `evaluate` sees in such a frame (`frame_names`): the stopped value (`value`, its node's FX
-name, and at the node's own line the variable the line assigns), the node's inputs by FX name, and
-in the compiled function's own frame the graph inputs by their source names and that frame's real
+name, and at the node's own line the variable the line assigns), the node's inputs by FX name and,
+where an input was assigned to a variable in this same frame, by that variable's name; in the
+compiled function's own frame also the graph inputs by their source names and that frame's real
 locals. Values a frame computed earlier inside the graph are not kept at a stop: a name not found
 is said plainly (`unavailable`), with what the frame does have.
 
@@ -20,7 +21,10 @@ is said plainly (`unavailable`), with what the frame does have.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import linecache
 import os
 import sys
 import types
@@ -28,6 +32,7 @@ from typing import Any
 
 import torch
 
+from ..core.sites import SITES
 from ..step.graphs import GRAPHS
 from ..step.stepper import Stepper, Stop
 
@@ -76,35 +81,87 @@ def stack_locations(stop: Stop) -> list[str]:
 
 
 def root_frame(location: str, frames: list[types.FrameType]) -> types.FrameType | None:
-    """The innermost Python frame of the file of `location` whose code spans its line: the frame that
-    runs the compiled function (Dynamo's transformed code keeps the function's file and lines)."""
+    """The innermost Python frame of the file of `location` whose function spans its line: the frame
+    that runs the compiled function. Dynamo's transformed code keeps the function's file and first
+    line but not its line table, so the span is the function's in the source (`_span`)."""
     file, _, line = location.rpartition(":")
     if not line.isdigit():
         return None
     real = os.path.realpath(file)
     for f in frames:
         code = f.f_code
-        if os.path.realpath(code.co_filename) != real:
-            continue
-        lines = [n for _, _, n in code.co_lines() if n is not None]
-        if lines and min(lines + [code.co_firstlineno]) <= int(line) <= max(lines):
-            return f
+        if os.path.realpath(code.co_filename) == real:
+            span = _span(code.co_filename, code.co_firstlineno)
+            if span is not None and span[0] <= int(line) <= span[1]:
+                return f
     return None
 
 
+def _span(file: str, first: int) -> tuple[int, int, frozenset[str]] | None:
+    """(first line, last line, the names it binds) of the function whose code starts at `first`."""
+    for node in _functions(file, _mtime(file)):
+        starts = [node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())]
+        if first in starts:
+            names = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+            names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            return min(starts), node.end_lineno or node.lineno, frozenset(names)
+    return None
+
+
+def _mtime(file: str) -> float:
+    try:
+        return os.stat(file).st_mtime
+    except OSError:
+        return 0.0
+
+
+@functools.lru_cache(maxsize=64)
+def _functions(file: str, mtime: float) -> tuple[ast.AST, ...]:
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)) or open(file, encoding="utf-8").read(), file)
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    return tuple(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+
 def frame_names(stepper: Stepper, stop: Stop, frame: NodeFrame) -> dict[str, Any]:
-    """What an expression evaluated in this user frame sees (later entries win)."""
+    """What an expression evaluated in this user frame sees. Later entries win: what this frame assigned
+    inside the graph is newer than its locals when the graph was entered."""
     site = stop.site
     names: dict[str, Any] = {"torch": torch, **stepper.user_vars}
     names.update({n: t for n, t in stop.inputs.items() if n in site.inputs})       # the node's inputs, FX names
     names.update({n: stop.value for n in ("value", site.node) if n})
+    if frame.outermost:   # the compiled function's own frame: its real locals, graph inputs by source names
+        if frame.py is not None:
+            names.update(user_locals(frame.py))
+        names.update({n: t for n, t in stop.inputs.items() if n not in site.inputs})
+    names.update(_assigned_here(stop, frame.level))
     if frame.level == 0 and site.user_name:
         names[site.user_name] = stop.value
-    if frame.outermost:   # the compiled function's own frame: graph inputs by their source names, real locals
-        names.update({n: t for n, t in stop.inputs.items() if n not in site.inputs})
-        if frame.py is not None:
-            names.update(frame.py.f_locals)
     return names
+
+
+def user_locals(frame: types.FrameType) -> dict[str, Any]:
+    """A compiled function's frame's locals, without the ones Dynamo's transformed code adds (tmp_1,
+    __compiled_fn_...): only names the function itself binds, when its source can be read."""
+    span = _span(frame.f_code.co_filename, frame.f_code.co_firstlineno)
+    return {k: v for k, v in frame.f_locals.items() if span is None or k in span[2]}
+
+
+def _assigned_here(stop: Stop, level: int) -> dict[str, Any]:
+    """The node's inputs by the variable each was assigned to, when that assignment ran in the frame at
+    `level` (the same chain of calling lines): `h` for the `matmul` that `h = x @ w` made."""
+    site, entry = stop.site, GRAPHS.get(stop.site.graph)
+    if entry is None or not site.frames:
+        return {}
+    callers = site.frames[:len(site.frames) - level - 1]
+    ids = {row.node: row.site for row in entry.rows if row.site is not None}
+    out = {}
+    for name in site.inputs:
+        other = SITES.get(ids[name]) if name in ids else None
+        if other is not None and other.user_name and other.frames[:-1] == callers and name in stop.inputs:
+            out[other.user_name] = stop.inputs[name]
+    return out
 
 
 def unavailable(name: str, frame: NodeFrame, names: dict[str, Any]) -> str:

@@ -114,14 +114,13 @@ def type_name(value: Any) -> str:
     return "Tensor" if isinstance(value, torch.Tensor) else type(value).__name__
 
 
-def expandable(value: Any, evaluate_name: str, writer: Writer | None, *, grouped: bool = False) -> Children | None:
-    """The children of a value a client can expand (None: a leaf); `grouped`: rows in groups for a
-    client that does not page."""
+def expandable(value: Any, evaluate_name: str, writer: Writer | None) -> Children | None:
+    """The children of a value a client can expand (None: a leaf)."""
     if isinstance(value, RowRange):
         return RangeChildren(value)
     if isinstance(value, torch.Tensor):
         real = value.dim() > 0 and type(value) in (torch.Tensor, torch.nn.Parameter)
-        return TensorChildren(value, evaluate_name, writer, grouped) if real else None
+        return TensorChildren(value, evaluate_name, writer) if real else None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return MappingChildren({f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, evaluate_name)
     if isinstance(value, Mapping) and value:
@@ -160,12 +159,11 @@ class MappingChildren:
 
 
 class TensorChildren:
-    """shape, dtype, device, stats, then rows [0], [1], ... (paged; views, never copies); `grouped`:
-    more than UNPAGED_LIMIT rows as RowRange groups instead."""
+    """shape, dtype, device, stats, then rows [0], [1], ... (paged; views, never copies); `grouped()`:
+    the same with more than UNPAGED_LIMIT rows as RowRange groups, for a client that does not page."""
 
-    def __init__(self, t: torch.Tensor, evaluate_name: str, writer: Writer | None, grouped: bool = False) -> None:
+    def __init__(self, t: torch.Tensor, evaluate_name: str, writer: Writer | None) -> None:
         self.t, self.expr, self.writer = t, evaluate_name, writer
-        self.grouped = grouped and int(t.shape[0]) > UNPAGED_LIMIT
 
     def _named(self) -> dict[str, Any]:
         t = self.t
@@ -177,17 +175,20 @@ class TensorChildren:
                 "stats": stats}
 
     def counts(self) -> tuple[int, int]:
-        if self.grouped:
-            return 4 + len(RowRange(self.t, 0, int(self.t.shape[0]), self.expr, self.writer).groups()), 0
         return 4, int(self.t.shape[0])
+
+    def grouped(self) -> list[Child]:
+        """Every child, rows past UNPAGED_LIMIT in groups (a plain request from a client that does not page)."""
+        rows = int(self.t.shape[0])
+        if rows <= UNPAGED_LIMIT:
+            return self.children(None, 0, None)
+        whole = RangeChildren(RowRange(self.t, 0, rows, self.expr, self.writer))
+        return self.children("named", 0, None) + whole.children(None, 0, None)
 
     def children(self, filter_: str | None, start: int, count: int | None) -> list[Child]:
         out = []
         if filter_ != "indexed":
             out += [Child(n, v) for n, v in self._named().items()]
-        if self.grouped:
-            whole = RowRange(self.t, 0, int(self.t.shape[0]), self.expr, self.writer)
-            return out + ([] if filter_ == "named" else RangeChildren(whole).children(None, start, count))
         if filter_ != "named":
             rows = int(self.t.shape[0])
             lo = max(0, start) if filter_ == "indexed" else 0

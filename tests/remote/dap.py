@@ -91,9 +91,12 @@ def env() -> dict[str, str]:
     return out
 
 
-def start_program(*args: str, extra_env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[subprocess.Popen, int]:
-    """`dynstep run --dap 0 ARGS...`; (process, the port it listens on)."""
-    proc = subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--dap", "0", *args], cwd=cwd or str(ROOT),
+def start_program(*args: str, extra_env: dict[str, str] | None = None, cwd: str | None = None, address: str = "0",
+                  launcher: list[str] | None = None) -> tuple[subprocess.Popen, int]:
+    """`dynstep run --dap ADDRESS ARGS...` (`python -m dynstep`, or the given launcher, e.g. the console
+    script); (process, the port it listens on)."""
+    command = [*(launcher or [sys.executable, "-m", "dynstep"]), "run", "--dap", address, *args]
+    proc = subprocess.Popen(command, cwd=cwd or str(ROOT),
                             env={**env(), **(extra_env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 60
