@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ..core.sites import SITES
+from ..graph import info as gi
 from ..step.graphs import GRAPHS
 from ..step.stepper import Stepper, Stop
 
@@ -72,8 +73,6 @@ def stack_locations(stop: Stop) -> list[str]:
     entry = GRAPHS.get(site.graph)
     node = next((n for n in entry.graph.nodes if n.name == site.node.split("[")[0]), None) if entry else None
     if node is not None:
-        from ..graph import info as gi
-
         frames = gi.user_frames(node)
         if frames:
             return [f"{f.file}:{f.line}" for f in reversed(frames)]
