@@ -144,7 +144,8 @@ def _probe_node(graph: torch.fx.Graph, node: torch.fx.Node, probe: str, module: 
         value_node = node if index is None else _element(graph, node, index, cursor)
         common = dict(probe=probe, node=node.name if index is None else f"{node.name}[{index}]",
                       target=target, module=module, source=source, source_text=src_text,
-                      graph=plan.graph_id, capacity=plan.capacity, nan_mode=plan.nan_mode)
+                      graph=plan.graph_id, capacity=plan.capacity, nan_mode=plan.nan_mode,
+                      frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)))   # a nan stop's user frames
         site = SITES.add(kind="value", actions=actions, **common)
         after = cursor.get(value_node, value_node)
         with graph.inserting_after(after):

@@ -26,7 +26,7 @@ import torch.fx
 
 from dynstep import _compat
 from dynstep.core.errors import OptionsError, SelectorError
-from dynstep.core.options import Options
+from dynstep.core.options import Options, check_environment
 from dynstep.graph import info as gi
 from dynstep.graph import selectors as sel
 from dynstep.probe import switch
@@ -47,6 +47,7 @@ def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *
     checks them when it is made.
     """
     try:
+        check_environment()    # every DYNSTEP_* variable against its row (core/options.py), named when bad
         opts = checked(Options.from_mapping(options, mode=mode))
         return compile_graph(gm, example_inputs, opts)
     except (OptionsError, SelectorError) as exc:

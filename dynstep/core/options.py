@@ -11,11 +11,20 @@ editing it (lists from the environment are added to the call's lists):
     DYNSTEP_STEP=1 (step points everywhere, stop at the first node)  DYNSTEP_FRONTEND=repl|script|pdb
     DYNSTEP_COMMANDS="p value.mean(); s; c"  (scripted commands; when they run out: continue)
     DYNSTEP_RANKS=0|1,3|all  (a distributed job: which ranks pause; the others wait; docs/distributed.md)
+
+Every DYNSTEP_* variable, superstep option or not, has one row in `ENV_VARS` (its kind, the values
+it takes, what it does); `check_environment()` checks them all at start-up with the variable's name in
+the message (`dynstep run` before the script, superstep at each compile) and `env_value(NAME)` reads
+one typed. Adding a variable: one `EnvVar` row there and the same row in README.md's table of
+variables (tests/core/test_env_table.py holds the two together and finds a DYNSTEP_* name used in
+dynstep/ or backends/ without a row).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -25,6 +34,7 @@ from .errors import OptionsError
 ACTIONS = ("summary", "record", "print", "nan")
 NAN_MODES = ("raise", "stop", "warn")
 FRONTENDS = ("repl", "script", "pdb")
+MAX_RECORD = 1 << 24   # ring slots per probe; more is a typo, not a debugging session
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -142,28 +152,151 @@ def _front(frontend: Any, commands: Any) -> dict[str, Any]:
     return {"frontend": frontend, "commands": commands}
 
 
-SWITCHES = ("DYNSTEP_NATIVE", "DYNSTEP_FAST_PROBE", "DYNSTEP_PROBES", "DYNSTEP_BREAKPOINTS")
+@dataclasses.dataclass(frozen=True)
+class EnvVar:
+    """One DYNSTEP_* variable. kind: flag (off unless set), switch (on unless set to 0), int, bytes,
+    seconds, choice, words (a comma list of choices), selectors, ranks, address, text, path."""
+
+    name: str
+    kind: str
+    values: str                  # the values it takes, as README.md's table says them
+    what: str
+    choices: tuple[str, ...] = ()
+    low: float = 0
+    high: float = math.inf
+
+
+MAX_BYTES = (1 << 63) - 1      # what the native ring's memory cap (int64) holds
+ENV_VARS = (
+    EnvVar("DYNSTEP_INNER", "text", "a backend name (not superstep)", "superstep's inner compiler (`inner`)"),
+    EnvVar("DYNSTEP_PROBE", "selectors", "selectors, comma-separated", "added to `probe`"),
+    EnvVar("DYNSTEP_PAUSE", "selectors", "selectors, comma-separated", "added to `pause`"),
+    EnvVar("DYNSTEP_ACTIONS", "words", "summary, record, print, nan (comma-separated)", "added to `actions`",
+           ACTIONS),
+    EnvVar("DYNSTEP_RECORD", "int", f"1 to {MAX_RECORD}", "ring capacity per probe (`record`)", low=1,
+           high=MAX_RECORD),
+    EnvVar("DYNSTEP_GRADS", "flag", "1/0", "probe gradients too (`grads`)"),
+    EnvVar("DYNSTEP_DIFF", "flag", "1/0", "diff every compiled graph against eager (`diff`)"),
+    EnvVar("DYNSTEP_STEP", "flag", "1/0", "stop points everywhere, stop at the first node (`step`)"),
+    EnvVar("DYNSTEP_DISABLE", "flag", "1/0", "superstep becomes transparent"),
+    EnvVar("DYNSTEP_NAN", "choice", "raise, stop, warn", "stop or raise at the first NaN/Inf (`nan`)", NAN_MODES),
+    EnvVar("DYNSTEP_MODE", "text", "a torch.compile mode", "`mode` for the inner compiler"),
+    EnvVar("DYNSTEP_FRONTEND", "choice", "repl, script, pdb", "who answers stops (`frontend`)", FRONTENDS),
+    EnvVar("DYNSTEP_COMMANDS", "text", "commands separated by ;", "scripted commands at stops (`commands`)"),
+    EnvVar("DYNSTEP_RANKS", "ranks", "all, or rank numbers (0 or 1,3)", "which ranks of a job pause (`ranks`)"),
+    EnvVar("DYNSTEP_PROBES", "switch", "1/0 (default 1)", "every probe on or off from start-up"),
+    EnvVar("DYNSTEP_BREAKPOINTS", "switch", "1/0 (default 1)", "`dynstep.breakpoint()` on or off"),
+    EnvVar("DYNSTEP_NATIVE", "switch", "1/0 (default 1)", "build and use the native probe kernel"),
+    EnvVar("DYNSTEP_FAST_PROBE", "switch", "1/0 (default 1)", "Inductor's code calls the native probe directly"),
+    EnvVar("DYNSTEP_NATIVE_STACK", "switch", "1/0 (default 1)", "the bytecode stepper's native value-stack reader"),
+    EnvVar("DYNSTEP_BYTECODE_MECHANISM", "choice", "auto, callback, hook", "what the bytecode stepper runs on",
+           ("auto", "callback", "hook")),
+    EnvVar("DYNSTEP_RECORD_MEMORY", "bytes", "bytes up to 2^63-1 (1073741824, 512M, 2G)",
+           "cap on the memory of all record rings (default 1G)", high=MAX_BYTES),
+    EnvVar("DYNSTEP_CACHE_DIR", "path", "a directory", "where native builds are cached (default ~/.cache/dynstep)"),
+    EnvVar("DYNSTEP_DAP", "address", "PORT or HOST:PORT", "serve the Debug Adapter Protocol from the first compile"),
+    EnvVar("DYNSTEP_DAP_WAIT", "flag", "1/0", "with DYNSTEP_DAP: wait until a client has attached"),
+    EnvVar("DYNSTEP_DAP_TOKEN", "text", "a token", "the token a client's attach must give"),
+    EnvVar("DYNSTEP_DAP_JOB", "address", "HOST:PORT (set by dynstep run)", "a job's debug adapter, named to a rank"),
+    EnvVar("DYNSTEP_DEAD_AFTER", "seconds", "seconds, 2 to 86400 (default 30)",
+           "a rank silent that long while others wait is dead", low=2, high=86400),
+    EnvVar("DYNSTEP_PYTHON_GDB", "path", "a file", "the python3.X-gdb.py `dynstep gdb` loads"),
+    EnvVar("DYNSTEP_GDB_STATUS", "path", "a file (set by dynstep gdb)", "where the program's exit code goes"),
+    EnvVar("DYNSTEP_GDB_AT_HIT", "text", "gdb commands separated by ;", "run at each native breakpoint hit"),
+)
+ENV = {v.name: v for v in ENV_VARS}
+SWITCHES = tuple(v.name for v in ENV_VARS if v.kind == "switch")
+
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """A DYNSTEP_* variable, checked against its row and typed; None when unset or empty (a flag:
+    False, a switch: True). OptionsError naming the variable otherwise."""
+    env = os.environ if environ is None else environ
+    var, raw = ENV[name], env.get(name, "")
+    if not raw.strip():
+        return {"flag": False, "switch": True}.get(var.kind)
+    return _PARSE[var.kind](var, raw)
+
+
+def _bad(var: EnvVar, raw: str, more: str = "") -> OptionsError:
+    return OptionsError(f"environment variable {var.name}={raw!r}: expected {var.values}{more}")
+
+
+def _on_off(var: EnvVar, raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise _bad(var, raw, " (or true/false, yes/no, on/off)")
+
+
+def _number(var: EnvVar, raw: str) -> float:
+    text = raw.strip()
+    try:
+        value = int(text) if var.kind == "int" else float(text)
+    except ValueError:
+        raise _bad(var, raw) from None
+    if not (math.isfinite(value) and var.low <= value <= var.high):
+        raise _bad(var, raw)
+    return value
+
+
+def _bytes(var: EnvVar, raw: str) -> int:
+    value = byte_count(var.name, raw)
+    if value > var.high:
+        raise OptionsError(f"environment variable {var.name}={raw!r}: {value} bytes is over the limit of 2^63-1; "
+                           f"expected {var.values}")
+    return value
+
+
+def _choice(var: EnvVar, raw: str) -> Any:
+    words = [w.strip() for w in raw.split(",") if w.strip()] if var.kind == "words" else [raw.strip()]
+    bad = [w for w in words if w not in var.choices]
+    if bad:
+        raise _bad(var, raw, f" (not {', '.join(map(repr, bad))})")
+    return tuple(words) if var.kind == "words" else words[0]
+
+
+def _ranks(var: EnvVar, raw: str) -> Any:
+    try:
+        return parse_ranks(raw)
+    except OptionsError:
+        raise _bad(var, raw) from None
+
+
+def _address(var: EnvVar, raw: str) -> str:
+    host, sep, port = raw.strip().rpartition(":")
+    if not port.isdigit() or int(port) > 65535 or (var.values.startswith("HOST") and not sep):
+        raise _bad(var, raw, ", the port from 0 to 65535")
+    return raw.strip()
+
+
+_PARSE: dict[str, Callable[[EnvVar, str], Any]] = {
+    "flag": _on_off, "switch": _on_off, "int": _number, "seconds": _number, "bytes": _bytes, "choice": _choice,
+    "words": _choice, "ranks": _ranks, "address": _address,
+    "selectors": lambda var, raw: tuple(p.strip() for p in raw.split(",") if p.strip()),
+    "text": lambda var, raw: raw, "path": lambda var, raw: raw.strip(),
+}
 
 
 def switched_off(name: str) -> bool:
     """A DYNSTEP_* on/off switch read from the environment: off for 0/false/no/off, on when unset or empty."""
-    raw = os.environ.get(name, "").strip().lower()
-    if raw in ("0", "false", "no", "off"):
-        return True
-    if raw in ("", "1", "true", "yes", "on"):
-        return False
-    raise OptionsError(f"environment variable {name}={os.environ[name]!r}: expected 1/0 (or true/false, "
-                       "yes/no, on/off)")
+    return not env_value(name)
 
 
-def check_environment(environ: Mapping[str, str] | None = None) -> None:
-    """Every DYNSTEP_* variable that is not a superstep option, checked at once (`dynstep run` does it
-    before the script starts; each is also checked where it is read)."""
+def check_environment(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every DYNSTEP_* variable checked against its row at once (`dynstep run` before the script starts,
+    superstep at each compile): the first bad one is an OptionsError naming it. Returns a note for each
+    unknown DYNSTEP_* name that looks like a misspelt known one (the caller says it; it is ignored)."""
     env = os.environ if environ is None else environ
-    for name in SWITCHES:
-        _env_flag(env, name)
-    if env.get("DYNSTEP_RECORD_MEMORY", "").strip():
-        byte_count("DYNSTEP_RECORD_MEMORY", env["DYNSTEP_RECORD_MEMORY"])
+    notes = []
+    for name in sorted(k for k in env if k.startswith("DYNSTEP_")):
+        if name in ENV:
+            env_value(name, env)
+            continue
+        close = difflib.get_close_matches(name, list(ENV), n=1, cutoff=0.85)
+        if close:
+            notes.append(f"unknown environment variable {name} (did you mean {close[0]}?); ignored")
+    return notes
 
 
 def _str_list(name: str, value: Any) -> tuple[str, ...]:
@@ -186,9 +319,6 @@ def _env_flag(env: Mapping[str, str], key: str) -> bool:
     if raw in _FALSE:
         return False
     raise OptionsError(f"environment variable {key}={raw!r}: expected one of 1/0/true/false")
-
-
-MAX_RECORD = 1 << 24   # ring slots per probe; more is a typo, not a debugging session
 
 
 def _int(name: str, value: Any) -> int:

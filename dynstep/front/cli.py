@@ -222,10 +222,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import wiring
 
     try:
-        check_environment()   # before any module reads a DYNSTEP_* variable
+        notes = check_environment()   # every DYNSTEP_* variable, before any module reads one
     except OptionsError as exc:
         print(f"dynstep: {exc}", file=sys.stderr)
         return 2
+    for note in notes:
+        print(f"dynstep: {note}", file=sys.stderr)
     wiring.install()
     from .jobs_cli import split_launcher
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from ..core.events import Info, emit
+from ..core.options import env_value
 from .store import counter, read
 
 if TYPE_CHECKING:
@@ -50,8 +50,9 @@ class Heartbeat:
 
 
 def dead_after() -> float:
-    raw = os.environ.get("DYNSTEP_DEAD_AFTER", "").strip()
-    return float(raw) if raw else 30.0
+    """DYNSTEP_DEAD_AFTER seconds (2 to 86400, checked with its name in the error; default 30)."""
+    value = env_value("DYNSTEP_DEAD_AFTER")
+    return 30.0 if value is None else float(value)
 
 
 class Watch:

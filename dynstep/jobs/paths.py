@@ -2,7 +2,7 @@
 one process. `dynstep.load("run.dynstep")` merges the ranks back (dynstep.probe.recording).
 
     rank_path(Path("run.dynstep"))   -> run.dynstep/rank1   (rank 1 of 2)
-    rank_dirs(Path("run.dynstep"))   -> [run.dynstep/rank0, run.dynstep/rank1]
+    rank_dirs(Path("run.dynstep"))   -> [run.dynstep/rank0, run.dynstep/rank1]   (directories, never symlinks)
 """
 
 from __future__ import annotations
@@ -33,8 +33,17 @@ def rank_path(path: Path) -> Path:
 
 
 def rank_dirs(path: Path) -> list[Path]:
-    """The per-rank recordings inside `path` (empty when it holds none), in rank order."""
+    """The per-rank recordings inside `path` (empty when it holds none), in rank order: directories
+    only, never a symlink (a `rank1` pointing at another recording is not this job's)."""
     if not path.is_dir() or (path / "manifest.json").exists():
         return []
-    found = [(int(m.group(1)), p) for p in path.iterdir() if (m := RANK_DIR.match(p.name)) and p.is_dir()]
+    found = [(int(m.group(1)), p) for p in path.iterdir()
+             if (m := RANK_DIR.match(p.name)) and p.is_dir() and not p.is_symlink()]
     return [p for _, p in sorted(found)]
+
+
+def rank_others(path: Path) -> list[Path]:
+    """Entries named like a rank's recording that are not one (a symlink, a file): said, never read."""
+    if not path.is_dir() or (path / "manifest.json").exists():
+        return []
+    return sorted(p for p in path.iterdir() if RANK_DIR.match(p.name) and (p.is_symlink() or not p.is_dir()))

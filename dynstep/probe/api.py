@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import os
 import sys
 import threading
@@ -60,6 +61,45 @@ class CheckAction:
     atol: float = 1e-8
     equal_nan: bool = False
     enabled: bool = True
+
+    def __post_init__(self) -> None:
+        """Checked when made: what the compare needs, said in the error, not a TypeError from torch later."""
+        if self.expected is not None:
+            _expected_tensor(self.expected, copy=False)
+        for name in ("rtol", "atol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"CheckAction({name}={value!r}): expected a finite number >= 0 (torch.isclose's "
+                                 f"{name})")
+        if not isinstance(self.equal_nan, bool):
+            raise TypeError(f"CheckAction(equal_nan={self.equal_nan!r}): expected True or False")
+
+
+def _expected_tensor(expected: Any, copy: bool = True) -> torch.Tensor:
+    """`expected` as a CPU tensor of numbers (`copy=False`: only checked, a tensor stays where it is);
+    TypeError saying what it must be otherwise."""
+    why = "a string" if isinstance(expected, (str, bytes)) else None
+    tensor = expected if isinstance(expected, torch.Tensor) else None
+    if why is None and tensor is None:
+        try:
+            tensor = torch.as_tensor(expected)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            why = f"{type(expected).__name__} ({str(exc).splitlines()[0][:80]})"
+    if tensor is not None and tensor.dtype not in _NUMERIC:
+        tensor, why = None, f"a tensor of {tensor.dtype}"
+    if tensor is None:
+        raise TypeError(f"CheckAction(expected={_short(expected)}): expected a tensor, a number or a (nested) list of "
+                        f"numbers to compare each hit with (or None: a finiteness check), got {why}")
+    return tensor.detach().to("cpu").contiguous() if copy else tensor
+
+
+_NUMERIC = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+            torch.bfloat16, torch.float32, torch.float64}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 Action = PrintAction | RecordAction | CheckAction
@@ -123,7 +163,7 @@ class TensorProbe:
         pr, rec, chk = active.get(PrintAction), active.get(RecordAction), active.get(CheckAction)
         expected = None
         if isinstance(chk, CheckAction) and chk.expected is not None:
-            expected = torch.as_tensor(chk.expected).detach().to("cpu").contiguous()
+            expected = _expected_tensor(chk.expected)
         hand = HandConfig(every=pr.every if isinstance(pr, PrintAction) else 1,
                           max_items=pr.max_items if isinstance(pr, PrintAction) else 0,
                           when=self.when, non_contiguous=self.non_contiguous, expected=expected,

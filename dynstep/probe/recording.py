@@ -9,7 +9,10 @@ recording at all (no manifest, another format, a newer version) is a `StorageErr
 
 Nothing outside the recording is read: a chunk must be named by a plain file name inside the
 recording's directory (any other name makes the whole load a `StorageError`), and only regular
-files are opened (no symlink, FIFO or device: those chunks are reported as unreadable).
+files are opened, never through a link (files.read_regular: a symlinked, FIFO or device chunk, run.json
+or compile.jsonl is reported as unreadable; a `rank<N>` that is a symlink is not merged, and said).
+A recording without its index (records.jsonl missing or unreadable) is a `StorageError`, never an
+empty recording.
 
     rec = dynstep.load("run.dynstep");  rec.records("op:layer_norm");  rec.problems
     dynstep.load("run.dynstep", tensors=False)      # stats and facts only: fast for large recordings
@@ -23,7 +26,6 @@ import json
 import math
 import os
 import re
-import stat
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -34,9 +36,11 @@ import torch
 from ..core.errors import StorageError
 from ..core.records import STAT_FIELDS, Snapshot, Stats
 from ..graph.filter import filter_records
-from ..jobs.paths import rank_dirs
+from ..jobs.paths import rank_dirs, rank_others
 from ..report.compile_log import Entry
 from ..report.records import CompileEvent, GraphPlan, RunInfo, from_json
+from .files import read_regular as _read_regular
+from .files import what_is
 from .storage import FORMAT, READS, save
 
 CHUNK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")
@@ -108,17 +112,22 @@ class Recording:
 def load(path: str | Path, *, tensors: bool = True) -> Recording:
     """Read a recording; `tensors=False` leaves every snapshot's tensor out (None) and reads no chunk."""
     path = Path(path)
-    ranks = rank_dirs(path)
+    ranks, others = rank_dirs(path), rank_others(path)
+    skipped = [f"{p.name} is {what_is(p) or 'a file'}, not a rank's directory; not merged" for p in others]
     if ranks:
-        return _merge(path, [_load_one(p, tensors) for p in ranks])
+        return _merge(path, [_load_one(p, tensors) for p in ranks], skipped)
+    if skipped and not (path / "manifest.json").exists():
+        raise StorageError(f"{path}: no rank of this job's recording can be read: {'; '.join(skipped)}")
     return _load_one(path, tensors)
 
 
-def _merge(path: Path, parts: list[Recording]) -> Recording:
+def _merge(path: Path, parts: list[Recording], skipped: list[str]) -> Recording:
     """A distributed job's recording: every rank's snapshots, rank by rank, each in hit order; the
     run's facts and compile log are the lowest rank's (every rank compiles the same graphs)."""
     snaps = [s for part in parts for s in part.all()]
-    problems = tuple(f"{part.path.name}: {p}" for part in parts for p in part.problems)
+    problems = tuple(skipped) + tuple(f"{part.path.name}: {p}" for part in parts for p in part.problems)
+    if skipped:
+        warnings.warn(f"dynstep.load({str(path)!r}): {'; '.join(skipped)}", RuntimeWarning, stacklevel=3)
     lazy = {k: v for part in parts for k, v in part._lazy.items()}
     return Recording(snaps, path, problems, run=parts[0].run, compile=parts[0].compile, lazy=lazy)
 
@@ -129,7 +138,7 @@ def _load_one(path: Path, tensors: bool) -> Recording:
     chunks = _Chunks(path, problems, read=tensors)
     snaps = []
     lazy: dict[tuple, Callable[[], torch.Tensor | None]] = {}
-    for number, meta in _lines(path / "records.jsonl", problems):
+    for number, meta in _lines(path / "records.jsonl", problems, required=True):
         try:
             snaps.append(_snapshot(meta, chunks))
         except _Invalid as exc:
@@ -148,7 +157,7 @@ def _load_one(path: Path, tensors: bool) -> Recording:
 
 
 def _run(file: Path, problems: list[str]) -> RunInfo | None:
-    if not file.exists():
+    if not os.path.lexists(file):
         return None   # recorded before run.json existed
     try:
         return from_json(RunInfo, json.loads(_read_regular(file)))
@@ -173,9 +182,13 @@ def _compile(file: Path, problems: list[str]):
 
 def _check_manifest(path: Path) -> None:
     manifest = path / "manifest.json"
-    if not path.is_dir() or not manifest.is_file():
+    kind = what_is(manifest) if path.is_dir() else "missing"
+    if kind == "missing":
         raise StorageError(f"{path} is not a dynstep recording (no manifest.json); "
                            "expected a directory written by Session.save or session(path=...)")
+    if kind is not None:
+        raise StorageError(f"{manifest}: the manifest is {kind}; expected the regular file Session.save "
+                           "or session(path=...) writes")
     try:
         info = json.loads(_read_regular(manifest))
     except (ValueError, OSError) as exc:
@@ -191,15 +204,20 @@ def _check_manifest(path: Path) -> None:
                               f"is not one this dynstep reads ({', '.join(map(str, READS))})"))
 
 
-def _lines(records: Path, problems: list[str]):
-    """(line number, parsed JSON object) of every complete, parseable line."""
-    if not records.exists():
-        return
+def _lines(records: Path, problems: list[str], *, required: bool = False):
+    """(line number, parsed JSON object) of every complete, parseable line. A `required` file (the
+    index, records.jsonl) that is missing or unreadable is a StorageError; another is a problem."""
     name = records.name
+    if not required and not os.path.lexists(records):
+        return                                   # recorded before the file existed
     try:
         data = _read_regular(records)
     except OSError as exc:
-        problems.append(f"{name} cannot be read ({exc}); nothing in it loaded")
+        why = "is missing" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc})"
+        if required:
+            raise StorageError(f"{records.parent}: its index {name} {why}; a recording's snapshots are listed "
+                               "there, so nothing can be loaded (its chunks alone say nothing of the hits)") from None
+        problems.append(f"{name} {why}; nothing in it loaded")
         return
     lines = data.split(b"\n")
     tail = lines.pop()   # after the last newline: b"" unless the run was cut mid-write
@@ -335,20 +353,3 @@ class _Chunks:
     def report(self) -> None:
         for name, count in self.missing.items():
             self.problems.append(f"{count} snapshot(s) load without their tensor (chunk {name})")
-
-
-def _read_regular(file: Path) -> bytes:
-    """The bytes of `file`, refusing anything but a regular file (no symlink, FIFO, device)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(file, flags)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{file.name} is not a regular file")
-        chunks = []
-        while True:
-            block = os.read(fd, 1 << 20)
-            if not block:
-                return b"".join(chunks)
-            chunks.append(block)
-    finally:
-        os.close(fd)

@@ -12,12 +12,11 @@ they happen while `set_immediate(True)` (a streaming session, sessions in severa
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import warnings
 from types import ModuleType
 
-from ..core.options import byte_count
+from ..core.options import env_value
 from ..core.records import Stats
 from ..core.sites import SITES, Site
 from . import runtime
@@ -86,8 +85,8 @@ def record_memory() -> RecordMemory:
 
 
 def _env_cap() -> int:
-    raw = os.environ.get("DYNSTEP_RECORD_MEMORY", "")
-    return byte_count("DYNSTEP_RECORD_MEMORY", raw) if raw.strip() else DEFAULT_RECORD_MEMORY_CAP
+    cap = env_value("DYNSTEP_RECORD_MEMORY")   # checked against its range: it must fit the native int64
+    return DEFAULT_RECORD_MEMORY_CAP if cap is None else cap
 
 
 _cap = _env_cap()

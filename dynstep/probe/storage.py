@@ -45,6 +45,7 @@ from ..core.errors import StorageError
 from ..core.records import Snapshot
 from ..report.compile_log import CompileLog, Entry
 from ..report.records import GraphPlan, RunInfo, to_json
+from .files import read_regular
 
 try:
     import fcntl
@@ -257,8 +258,8 @@ def _replaceable(path: Path) -> str:
 
 
 def _is_recording(path: Path) -> bool:
-    try:
-        info = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    try:   # never through a link, never waiting on a FIFO named manifest.json
+        info = json.loads(read_regular(path / "manifest.json"))
     except (OSError, ValueError):
         return False
     return isinstance(info, dict) and info.get("format") == FORMAT
@@ -295,7 +296,7 @@ def _take_lock(folder: Path) -> int:
 def lock_holder(path: Path) -> int | None:
     """The pid streaming into the recording at `path`, or None when nobody holds its lock."""
     lock = path / ".lock"
-    if fcntl is None or not lock.is_file():
+    if fcntl is None or lock.is_symlink() or not lock.is_file():
         return None
     fd = os.open(lock, os.O_RDONLY)
     try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 
 from ..core import wiring
@@ -93,11 +94,7 @@ def stop_serving(exit_code: int | None = None) -> None:
         saved, _saved = _saved, None
     if server is None:
         return
-    if exit_code is not None:
-        server.program_exited(exit_code)
-    else:
-        server.event("terminated", {})
-        server.close()
+    server.program_exited(exit_code, linger=5.0 if exit_code is not None else 0.0)
     if saved is not None:
         wiring.install_sink(saved[0])   # type: ignore[arg-type]
         wiring.install_frontend_factory(saved[1])   # type: ignore[arg-type]
@@ -106,4 +103,8 @@ def stop_serving(exit_code: int | None = None) -> None:
 
 
 def _at_exit() -> None:
-    stop_serving(None)
+    """A program that served DAP itself (serve_dap, DYNSTEP_DAP) is ending: Python tells an exit handler
+    its exit code only when an uncaught exception ends it (`dynstep run` knows it always)."""
+    uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    code = None if uncaught is None else 130 if isinstance(uncaught, KeyboardInterrupt) else 1
+    stop_serving(code)

@@ -64,7 +64,7 @@ class DapClient:
                     _deliver(waiter, msg)
                 elif self.queue_events:
                     self.events.put(msg)
-        except (OSError, ProtocolError, ValueError):
+        except (OSError, ProtocolError, ValueError, RecursionError):   # a server sending garbage ends the session
             pass
         finally:
             self.closed.set()

@@ -36,10 +36,11 @@ from typing import Any
 from ..core.events import Warning_, emit
 from .jobids import JobIds, to_client
 from .jobworkers import CONFIG, Worker, WorkerSide
-from .protocol import BadRequest, Connection, notify, parse_request, reply, start_thread
+from .protocol import BadRequest, Connection, ProtocolError, notify, parse_request, refuse, reply, start_thread
 from .requests import CAPABILITIES, require_token, token_matches
 
 ATTACH_WAIT_S = 1.0         # how long `attach` lets running workers connect first (later ones join anyway)
+TERMINATE_WAIT_S = 10.0     # how long a `disconnect` that ends the job waits for its end (exited, terminated)
 
 
 class JobAdapter(WorkerSide):
@@ -55,6 +56,7 @@ class JobAdapter(WorkerSide):
         self.history: list[tuple[str, dict[str, Any], tuple[int, ...]]] = []   # (command, args, the client's bp ids)
         self.next_bp = itertools.count(1)
         self.state = "none"
+        self.client_paging = False
         self.goodbye: dict[str, Any] = {}
         self.ended = threading.Event()
         self.left = threading.Event()            # set when a client has gone
@@ -87,13 +89,12 @@ class JobAdapter(WorkerSide):
 
     def _read_loop(self, conn: Connection) -> None:
         try:
-            for body in conn.bodies(lambda exc: emit(Warning_(f"job debug adapter: closing the client's connection: "
-                                                              f"{exc}"))):
+            for body in conn.bodies(lambda exc: _broken(conn, exc)):
                 try:
                     req, command, args = parse_request(body)
                 except BadRequest as exc:
-                    if exc.req is None:
-                        self._event(conn, "output", {"category": "important", "output": f"dynstep: {exc}\n"})
+                    if exc.fatal:
+                        refuse(conn, exc.req, str(exc), "dynstep job")
                         break
                     self._respond(conn, exc.req, error=str(exc))
                     continue
@@ -102,6 +103,7 @@ class JobAdapter(WorkerSide):
                 except Exception as exc:   # never a dead reader: the client gets the failure
                     self._respond(conn, req, error=f"{type(exc).__name__}: {exc}")
                 if command == "disconnect":
+                    self._wait_for_the_end(conn)
                     break
         finally:
             self._client_gone(conn)
@@ -111,12 +113,16 @@ class JobAdapter(WorkerSide):
             if self.state != "none":
                 return self._respond(conn, req, error="initialize was already received")
             self.state = "initialized"
+            self.client_paging = args.get("supportsVariablePaging") is True   # told to every rank's server
             return self._respond(conn, req, CAPABILITIES)
         if command == "launch":
             return self._respond(conn, req, error="dynstep runs inside your program: use an attach configuration")
         if command == "attach":
             return self._attach(conn, req, args)
         if command == "disconnect":
+            if self.state != "attached":    # a client that never attached ends nothing
+                return self._respond(conn, req, error="disconnect: this client has not attached; nothing was done "
+                                     "(the job runs on)")
             self.goodbye = args          # _client_gone passes it on (terminateDebuggee ends every rank)
             return self._respond(conn, req)
         if self.state != "attached":
@@ -231,6 +237,16 @@ class JobAdapter(WorkerSide):
 
     # -- the end -------------------------------------------------------------------------------------
 
+    def _wait_for_the_end(self, conn: Connection) -> None:
+        """A `disconnect` with terminateDebuggee: every rank is terminated, and the client hears the job's
+        `exited` and `terminated` (job_ended) before its connection closes; bounded."""
+        if self.state != "attached" or self.goodbye.get("terminateDebuggee") is not True or self.ended.is_set():
+            return
+        self._broadcast("terminate", {})
+        if not self.ended.wait(TERMINATE_WAIT_S):
+            self._output(conn, f"dynstep: the job has not ended {TERMINATE_WAIT_S:.0f} s after the client terminated it")
+            self._event(conn, "terminated", {})
+
     def _client_gone(self, conn: Connection) -> None:
         with self.lock:
             if self.conn is not conn:
@@ -282,4 +298,10 @@ class JobAdapter(WorkerSide):
 
     def _output(self, conn: Connection, text: str) -> None:
         self._event(conn, "output", {"category": "console", "output": text + "\n"})
+
+
+def _broken(conn: Connection, exc: Exception) -> None:
+    emit(Warning_(f"job debug adapter: closing the client's connection: {exc}"))
+    if isinstance(exc, ProtocolError):
+        refuse(conn, {"seq": 0, "command": ""}, f"a frame that cannot be read ({exc})", "dynstep job")
 

@@ -39,6 +39,7 @@ class WorkerSide:
     workers: list[Worker]
     ids: JobIds
     token: str | None
+    client_paging: bool
     history: list[tuple[str, dict[str, Any], tuple[int, ...]]]
     _event: Any
     _output: Any
@@ -118,7 +119,8 @@ class WorkerSide:
     def _handshake(self, link: DapClient) -> str | None:
         """initialize and attach: None when attached, "" when the server did not answer, else why it refused."""
         for command, args in (("initialize", {"adapterID": "dynstep", "clientID": "dynstep-job", "linesStartAt1": True,
-                                              "columnsStartAt1": True, "pathFormat": "path"}),
+                                              "columnsStartAt1": True, "pathFormat": "path",
+                                              "supportsVariablePaging": self.client_paging}),
                               ("attach", {"token": self.token} if self.token else {})):
             try:
                 msg = link.response(command, args)

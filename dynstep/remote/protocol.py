@@ -3,8 +3,11 @@
 A DAP message is ``Content-Length: N\\r\\n\\r\\n`` followed by N bytes of UTF-8 JSON. The reader
 trusts nothing: headers are at most 8 KiB of ASCII, the length is digits only and at most 16 MiB,
 duplicate lengths must agree, and once a frame has started the rest must arrive within
-`FRAME_TIMEOUT_S` (a client stalling mid-frame is dropped, it never holds the program).
-Anything else is a `ProtocolError` and the connection is closed.
+`FRAME_TIMEOUT_S` (a client stalling mid-frame is dropped, it never holds the program). Anything
+else is a `ProtocolError`. A body must be a JSON object with an integer `seq` >= 0 (nvim-dap before
+Dec 2023 numbers its first request 0), nested at most `MAX_DEPTH` levels. Whatever cannot be
+trusted is answered with an error response (its `request_seq` is the message's seq when one can be
+read, else 0) and an `output` line saying why, then the connection is closed (`refuse`).
 
     reader = FrameReader(sock); body = reader.read()          # bytes, or None at a clean EOF
     conn = Connection(sock); conn.send({"type": "event", "event": "initialized"})
@@ -20,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import queue
+import re
 import select
 import socket
 import threading
@@ -29,6 +33,7 @@ from typing import Any
 
 MAX_HEADER_BYTES = 8 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_DEPTH = 64               # JSON nesting of one message (DAP's own messages need fewer than 10 levels)
 FRAME_TIMEOUT_S = 10.0
 OUT_QUEUE_MAX = 10_000
 
@@ -71,25 +76,43 @@ def parse_content_length(header: bytes) -> int:
 
 
 class BadRequest(Exception):
-    """A frame that is not a well-formed request. `req` is what can be answered (seq and command),
-    or None when nothing can be (not JSON, no integer seq): then the connection is closed."""
+    """A frame that is not a well-formed request. `req` is what can be answered: the message's seq
+    and command where they can be read (else seq 0 and ""). `fatal`: the message is not a DAP message
+    at all (not JSON, not an object, no integer seq, nested too deep): answer it, then close."""
 
-    def __init__(self, why: str, req: dict[str, Any] | None) -> None:
+    def __init__(self, why: str, req: dict[str, Any], fatal: bool = False) -> None:
         super().__init__(why)
-        self.req = req
+        self.req, self.fatal = req, fatal
+
+
+_SEQ = re.compile(rb'"seq"\s*:\s*(\d{1,10})\b')
+_COMMAND = re.compile(rb'"command"\s*:\s*"([A-Za-z]{1,40})"')
+
+
+def guessed_request(body: bytes) -> dict[str, Any]:
+    """The seq and command of a message that cannot be parsed, read from its first bytes (before any
+    nesting) when they are there; else seq 0: the error response then names no request of the client."""
+    head = body[:4096]
+    nested = min((i for i in (head.find(b"{", 1), head.find(b"[")) if i > 0), default=len(head))
+    seq, command = _SEQ.search(head[:nested]), _COMMAND.search(head[:nested])
+    return {"seq": int(seq.group(1)) if seq else 0, "command": command.group(1).decode() if command else ""}
 
 
 def parse_request(body: bytes) -> tuple[dict[str, Any], str, dict[str, Any]]:
     """A client's frame as (req: its seq and command, the command, its arguments); BadRequest otherwise."""
     try:
         msg = json.loads(body)
+    except RecursionError:
+        raise BadRequest(f"a message nested deeper than {MAX_DEPTH} levels", guessed_request(body), True) from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise BadRequest(f"a frame that is not JSON ({exc})", None) from None
+        raise BadRequest(f"a frame that is not JSON ({exc})", guessed_request(body), True) from None
+    if _too_deep(msg, MAX_DEPTH):
+        raise BadRequest(f"a message nested deeper than {MAX_DEPTH} levels", guessed_request(body), True)
     seq = msg.get("seq") if isinstance(msg, dict) else None
-    if type(seq) is not int or seq < 1:
-        raise BadRequest("a message that is not a DAP message (an object with an integer seq >= 1)", None)
-    command = msg.get("command")
-    req = {"seq": seq, "command": command if isinstance(command, str) else ""}
+    command = msg.get("command") if isinstance(msg, dict) else None
+    req = {"seq": seq if type(seq) is int and seq >= 0 else 0, "command": command if isinstance(command, str) else ""}
+    if type(seq) is not int or seq < 0:
+        raise BadRequest("a message that is not a DAP message (an object with an integer seq >= 0)", req, True)
     if msg.get("type") != "request" or not isinstance(command, str):
         raise BadRequest("not a DAP request (type 'request' and a command are needed)", req)
     args = msg.get("arguments")
@@ -97,6 +120,20 @@ def parse_request(body: bytes) -> tuple[dict[str, Any], str, dict[str, Any]]:
     if not isinstance(args, dict):
         raise BadRequest("arguments must be an object", req)
     return req, command, args
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether JSON containers nest deeper than `limit` (iterative: a deep message cannot recurse here)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def response(req: dict[str, Any], body: Any = None, *, error: str | None = None) -> dict[str, Any]:
@@ -130,6 +167,14 @@ def notify(conn: "Connection", name: str, body: dict[str, Any] | None = None) ->
     except (ValueError, TypeError) as exc:
         return str(exc)
     return ""
+
+
+def refuse(conn: "Connection", req: dict[str, Any], why: str, who: str = "dynstep") -> None:
+    """A message that cannot be trusted: an error response (request_seq 0 when the message had no
+    readable seq) and an `output` line saying why, sent before the connection closes."""
+    reply(conn, req, error=f"{why}; closing the connection")
+    notify(conn, "output", {"category": "important", "output": f"{who}: the client sent {why}; closing the connection\n"})
+    conn.flush_and_close(timeout=1.0)
 
 
 def encode(msg: dict[str, Any]) -> bytes:

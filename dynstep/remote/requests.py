@@ -1,9 +1,10 @@
 """The session requests the server answers on its reader thread (the program may be running).
 
 Order: initialize -> attach (with the token when one is required) -> configuration requests ->
-configurationDone (releases a program waiting for a client) -> anything. `launch` is refused:
-dynstep runs inside the program, clients attach to it. The handlers are a fixed table
-(`HANDLERS`), never looked up by the name a client sent.
+configurationDone (releases a program waiting for a client) -> anything. Before a successful
+attach nothing but `initialize` is served (`disconnect` included: a client that never attached
+cannot end the program). `launch` is refused: dynstep runs inside the program, clients attach to
+it. The handlers are a fixed table (`HANDLERS`), never looked up by the name a client sent.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ CAPABILITIES = {
     "supportsEvaluateForHovers": True, "supportsSetVariable": True, "supportsSetExpression": True,
     "supportsExceptionInfoRequest": True, "supportsDelayedStackTraceLoading": True,
     "supportsDisassembleRequest": True, "supportsSteppingGranularity": True,
-    "supportTerminateDebuggee": True, "supportsTerminateRequest": True,
+    "supportTerminateDebuggee": True, "supportsTerminateRequest": True, "supportsLoadedSourcesRequest": True,
     "exceptionBreakpointFilters": [{"filter": "nan", "label": "NaN/Inf in a compiled graph", "default": True,
                                     "description": "stop at the first node whose value is not finite "
                                                    "(the run needs nan='stop': dynstep run --nan stop)"}],
@@ -78,6 +79,7 @@ class SessionRequests:
         self.sources = Sources()
         self.breakpoints = Breakpoints(self._breakpoints_changed)
         self.configured = threading.Event()
+        self.ended = threading.Event()          # set once `exited`/`terminated` for the program's end are queued
         self.exited = False
         self.terminating = False
         self.thread_ids: dict[int, tuple[int, str]] = {}
@@ -86,10 +88,16 @@ class SessionRequests:
 
     def _compiled_here(self, entry: object) -> None:
         self.thread_id()
+        if self.state in ("attached", "configured"):   # an editor's loaded-sources view gains the new listing
+            source = self.sources.listing(getattr(entry, "graph_id", ""))
+            if source is not None:
+                self.event("loadedSource", {"reason": "new", "source": source})
 
     def reset_session(self) -> None:
         self.state = "none"                    # none -> initialized -> attached -> configured
         self.authenticated = self.token is None
+        self.leaving = False                   # the client sent an accepted `disconnect`
+        self.client_paging = False             # the client's initialize said supportsVariablePaging
         self.exception_filters = frozenset({"nan"})
         self.breakpoints.clear()
 
@@ -106,8 +114,8 @@ class SessionRequests:
 
     def check_order(self, command: str) -> None:
         state = self.state
-        if command == "disconnect":
-            return
+        if command == "disconnect" and state in ("none", "initialized"):
+            raise DapError("disconnect: this client has not attached; nothing was done (the program runs on)")
         if command == "initialize":
             if state != "none":
                 raise DapError("initialize was already received")
@@ -133,6 +141,7 @@ class SessionRequests:
         self._check_token(args, required=False)
         with self.lock:
             self.state = "initialized"
+            self.client_paging = args.get("supportsVariablePaging") is True
         return CAPABILITIES
 
     def req_launch(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
@@ -213,11 +222,15 @@ class SessionRequests:
         except KeyError:
             raise DapError(f"no source with reference {ref!r} (graph listings have one)") from None
 
+    def req_loadedSources(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
+        return {"sources": self.sources.loaded()}
+
     def req_terminate(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
         self.terminate()
         return None
 
     def req_disconnect(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
+        self.leaving = True
         if args.get("terminateDebuggee") is True and not self.exited:
             self.terminate()
         return None   # the response goes out, then the server drops the client: a held thread runs on

@@ -10,8 +10,13 @@ Threads (each marked for debugpy as not-to-trace, `protocol.mark_service_thread`
     program   the debuggee: at a stop `hold(view)` sends `stopped`, then answers its inbox on the
               program thread (torch's thread-local state lives there) until a resume request
 
-A malformed frame closes the connection; a malformed request gets an error response; neither
-ever raises into the program or blocks it. When the client goes away mid-stop the program runs on.
+Before a successful `attach` only `initialize` is served: every other request gets an error
+response (a `disconnect` also closes the connection; nothing reaches the program). A malformed
+frame is answered with an error response and closes the connection; a malformed request gets an
+error response; neither ever raises into the program or blocks it. When the client goes away
+mid-stop the program runs on. Each resume is followed by a `continued` event; an expression that
+ends the program (`exit(3)`, KeyboardInterrupt) is answered, then the program ends and the client
+gets `exited` (under `dynstep run`) and `terminated`; so does a `disconnect` that terminates it.
 
     server = DapServer("127.0.0.1", 5679)          # a non-loopback host needs token=...
     command, args = server.hold(view, stopped)     # program thread: "continue", "next", ... or "terminate"
@@ -29,16 +34,17 @@ from typing import Any
 
 from ..core.events import Warning_, emit
 from ..step.graphs import GRAPHS
-from .protocol import (ANSWERED, FRAME_TIMEOUT_S, BadRequest, Connection, DapError, notify,
-                       parse_request, reply, start_thread)
+from .protocol import (ANSWERED, FRAME_TIMEOUT_S, BadRequest, Connection, DapError, ProtocolError, notify,
+                       parse_request, refuse, reply, start_thread)
 from .requests import SessionRequests, require_token
 
 SESSION_COMMANDS = frozenset({"initialize", "attach", "launch", "setBreakpoints", "setFunctionBreakpoints",
                               "setExceptionBreakpoints", "configurationDone", "threads", "pause", "source",
-                              "terminate", "disconnect"})
+                              "loadedSources", "terminate", "disconnect"})
 STOP_COMMANDS = frozenset({"stackTrace", "scopes", "variables", "evaluate", "setVariable", "setExpression",
                            "exceptionInfo", "disassemble", "continue", "next", "stepIn", "stepOut"})
 RESUME = frozenset({"continue", "next", "stepIn", "stepOut"})
+TERMINATE_WAIT_S = 10.0     # how long a `disconnect` that ended the program waits for it to end
 
 
 class Held:
@@ -80,6 +86,7 @@ class DapServer(SessionRequests):
             if conn is None or not self.attached():
                 return "continue", {}
             self.held = held
+        view.paging = self.client_paging
         self.event("stopped", stopped, conn)
         action: tuple[str, dict[str, Any]] = ("continue", {})
         untraced = _untrace_for_debugpy()
@@ -90,10 +97,24 @@ class DapServer(SessionRequests):
                     self.respond(conn, req, {"allThreadsContinued": False} if command == "continue" else None)
                     action = (command, args)
                     break
-                self._answer(conn, req, lambda: getattr(view, "stop_" + command)(args))
+                self._answer_here(conn, req, lambda: getattr(view, "stop_" + command)(args))
         finally:
             self._release(conn, held, untraced)
-        return ("terminate", {}) if self.terminating else action
+        if self.terminating:
+            return "terminate", {}
+        self.event("continued", {"threadId": held.thread_id, "allThreadsContinued": False}, conn)
+        return action
+
+    def _answer_here(self, conn: Connection, req: dict[str, Any], work: Callable[[], Any]) -> None:
+        """`_answer` on the program thread: an expression that ends the program (exit(), a
+        KeyboardInterrupt) is answered first, then ends it (the client gets `exited` and `terminated`)."""
+        try:
+            self._answer(conn, req, work)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            code = exc.code if isinstance(exc, SystemExit) else None
+            what = f"exit({code!r})" if isinstance(exc, SystemExit) else "KeyboardInterrupt"
+            self.respond(conn, req, error=f"{type(exc).__name__}: the expression raised {what}; the program is ending")
+            raise
 
     def _release(self, conn: Connection, held: Held, untraced: bool) -> None:
         with self.lock:
@@ -117,14 +138,17 @@ class DapServer(SessionRequests):
             self.event("output", {"category": category, "output": text if text.endswith("\n") else text + "\n",
                                   **extra}, conn)
 
-    def program_exited(self, exit_code: int, linger: float = 5.0) -> None:
-        """The program is about to end: `exited` with its exit code, `terminated`, then close."""
+    def program_exited(self, exit_code: int | None, linger: float = 5.0) -> None:
+        """The program is about to end: `exited` with its exit code (when known), `terminated`, then close."""
         with self.lock:
             self.exited = True
             conn = self.conn if self.state in ("attached", "configured") else None
         if conn is not None:
-            self.event("exited", {"exitCode": int(exit_code)}, conn)
+            if exit_code is not None:
+                self.event("exited", {"exitCode": int(exit_code)}, conn)
             self.event("terminated", {}, conn)
+        self.ended.set()
+        if conn is not None and not self.leaving:    # a client that asked to disconnect is not waited for
             self.disconnected.wait(linger)
         self.close()
 
@@ -168,11 +192,16 @@ class DapServer(SessionRequests):
 
     def _read_loop(self, conn: Connection) -> None:
         try:
-            for body in conn.bodies(lambda exc: emit(Warning_(f"debug adapter: closing the client's connection: {exc}"))):
+            for body in conn.bodies(lambda exc: self._broken(conn, exc)):
                 self._dispatch(conn, body)
         finally:
             self._client_gone(conn)
             conn.close()
+
+    def _broken(self, conn: Connection, exc: Exception) -> None:
+        emit(Warning_(f"debug adapter: closing the client's connection: {exc}"))
+        if isinstance(exc, ProtocolError):
+            refuse(conn, {"seq": 0, "command": ""}, f"a frame that cannot be read ({exc})")
 
     def _client_gone(self, conn: Connection) -> None:
         """Forget the client: its breakpoints go, a thread it held runs on."""
@@ -195,13 +224,13 @@ class DapServer(SessionRequests):
         try:
             req, command, args = parse_request(body)
         except BadRequest as exc:
-            if exc.req is None:
-                return self._unanswerable(conn, str(exc))
+            if exc.fatal:
+                return self._unanswerable(conn, exc.req, str(exc))
             return self.respond(conn, exc.req, error=str(exc))
         if command in SESSION_COMMANDS:
             self._answer(conn, req, lambda: self.session_request(conn, req, command, args))
             if command == "disconnect":
-                self.drop(conn)
+                self._leave(conn)
         elif command in STOP_COMMANDS:
             self._answer(conn, req, lambda: self._to_program(req, command, args))
         else:
@@ -230,9 +259,19 @@ class DapServer(SessionRequests):
         if body is not ANSWERED:
             self.respond(conn, req, body)
 
-    def _unanswerable(self, conn: Connection, why: str) -> None:
-        self.event("output", {"category": "important", "output": f"dynstep: {why}; closing the connection\n"}, conn)
+    def _unanswerable(self, conn: Connection, req: dict[str, Any], why: str) -> None:
         emit(Warning_(f"debug adapter: the client sent {why}; closing its connection"))
+        refuse(conn, req, why)
+        self._client_gone(conn)
+
+    def _leave(self, conn: Connection) -> None:
+        """After `disconnect`: a program it terminated is waited for (bounded), so the client hears
+        `exited` and `terminated` before the connection closes; otherwise the client is dropped now."""
+        if self.leaving and self.terminating and not self.exited:
+            if not self.ended.wait(TERMINATE_WAIT_S):
+                self.event("output", {"category": "important", "output": f"dynstep: the program has not ended "
+                                      f"{TERMINATE_WAIT_S:.0f} s after the client terminated it\n"}, conn)
+                self.event("terminated", {}, conn)
         self.drop(conn)
 
     def respond(self, conn: Connection, req: dict[str, Any], body: Any = None, *, error: str | None = None) -> None:

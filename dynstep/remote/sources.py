@@ -10,8 +10,11 @@ the session (the same graph keeps its number, so an editor's open tab stays vali
 
 from __future__ import annotations
 
+import os
 import threading
+from typing import Any
 
+from ..graph import info as gi
 from ..step.graphs import GRAPHS
 
 HEADER_LINES = 2
@@ -52,6 +55,31 @@ class Sources:
             lines.append(f"{row.node} = {row.target}    # {row.module or '-'} · {row.source or '?'}{stop}")
         name = virtual_name(graph_id, "graph")
         return self.add("graph:" + graph_id, name, "\n".join(lines) + "\n"), where or 1, name
+
+    def listing(self, graph_id: str) -> dict[str, Any] | None:
+        """A registered graph's listing as a DAP Source (None: no such graph)."""
+        found = self.graph(graph_id, "")
+        if found is None:
+            return None
+        return {"name": found[2], "sourceReference": found[0], "origin": "compiled graph"}
+
+    def loaded(self) -> list[dict[str, Any]]:
+        """`loadedSources`: every compiled graph's listing, the user files those graphs come from, and
+        the other texts shown so far (graph so far, guards, bytecode)."""
+        out, seen_refs, files = [], set(), {}
+        for entry in GRAPHS.all():
+            source = self.listing(entry.graph_id)
+            if source is not None:
+                out.append(source)
+                seen_refs.add(source["sourceReference"])
+            for node in entry.graph.nodes:
+                for file in {f.file for f in gi.user_frames(node)} - set(files):
+                    if os.path.isfile(file):
+                        files[file] = {"name": os.path.basename(file), "path": os.path.abspath(file)}
+        with self._lock:
+            others = [(ref, name) for ref, (name, _) in self._texts.items() if ref not in seen_refs]
+        out += [{"name": name, "sourceReference": ref, "origin": "dynstep"} for ref, name in sorted(others)]
+        return out + list(files.values())
 
 
 def virtual_name(label: str, kind: str) -> str:

@@ -4,8 +4,14 @@ Built on the program thread when the stepper stops and used only there (torch's 
 state: grad mode, autocast, the current stream). Frames, innermost first:
 
     forward[0_0].graph.py : the paused node in the graph listing (a virtual source)
-    model.py:33           : the user's frames from the node's stack trace
-    train.py:12           : the Python frames that called the compiled function (their locals)
+    model.py:33           : the user's frames from the node's stack trace (a nan="stop" too); the
+                            outermost one is also the Python frame running the compiled function
+    train.py:12           : the Python frames that called the compiled function (their locals), up to
+                            the program's main module (a launcher's own frames are left out)
+
+`evaluate` in a user frame sees that frame's names (userframes.py); at the graph listing it also
+runs dynstep's commands. A client that did not declare `supportsVariablePaging` gets a large
+tensor's rows in groups of 100 (`[0:100]`, ...), each expandable; one that did pages with start/count.
 
 Inject goes through the stepper's own rules (`set NAME = EXPR`): a wrong shape or dtype is an
 error response, later nodes see a written value, under Inductor too.
@@ -18,7 +24,6 @@ import re
 import dataclasses
 import linecache
 import os
-import sys
 import types
 from typing import Any
 
@@ -29,14 +34,12 @@ from ..step.stepper import Stepper, Stop
 from .protocol import DapError
 from .sources import Sources
 from .texts import event_text
+from .userframes import NodeFrame, frame_names, python_frames, root_frame, stack_locations, unavailable
 from .variables import Handles, MappingChildren, expandable, short, type_name
 
+__all__ = ["NodeFrame", "PyFrame", "View", "StopView", "python_frames"]
+
 RESUME_COMMANDS = frozenset({"continue", "c", "cont", "step", "s", "next", "n", "out", "quit", "q", "exit"})
-
-
-@dataclasses.dataclass(frozen=True)
-class NodeFrame:
-    """A frame standing for the stopped node (the graph listing and the user's source lines)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,19 +47,10 @@ class PyFrame:
     frame: types.FrameType
 
 
-def python_frames(skip_dirs: tuple[str, ...]) -> list[types.FrameType]:
-    """The Python frames that led into the stop, innermost first, without torch's and dynstep's own."""
-    out, f = [], sys._getframe(1)
-    while f is not None:
-        file = f.f_code.co_filename
-        if not (file.startswith("<") or file.startswith(skip_dirs) or os.path.basename(file) == "runpy.py"):
-            out.append(f)
-        f = f.f_back
-    return out
-
-
 class View:
     """What every stop view shares: handles, frames (paged), variables."""
+
+    paging = True      # the client pages variables itself (initialize: supportsVariablePaging); set per stop
 
     def __init__(self, sources: Sources, py_frames: list[types.FrameType]) -> None:
         self.sources = sources
@@ -67,11 +61,11 @@ class View:
     def build_frames(self) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    def py_frame_bodies(self) -> list[dict[str, Any]]:
+    def py_frame_bodies(self, frames: list[types.FrameType] | None = None) -> list[dict[str, Any]]:
         return [{"id": self.handles.add(PyFrame(f)), "name": f.f_code.co_name, "line": f.f_lineno or 0, "column": 1,
                  "source": {"name": os.path.basename(f.f_code.co_filename),
                             "path": os.path.abspath(f.f_code.co_filename)}}
-                for f in self.py_frames]
+                for f in (self.py_frames if frames is None else frames)]
 
     def stop_stackTrace(self, args: dict[str, Any]) -> dict[str, Any]:
         if self._frames is None:
@@ -100,7 +94,13 @@ class View:
         if not hasattr(kids, "children"):
             raise DapError(f"reference {args.get('variablesReference')!r} is a frame, not variables")
         flt = args.get("filter") if args.get("filter") in ("named", "indexed") else None
-        children = kids.children(flt, _int(args.get("start"), 0), _int(args.get("count"), 0) or None)
+        start, count = _int(args.get("start"), 0), _int(args.get("count"), 0) or None
+        if flt is None and (start or count):   # start/count over the whole list: named children, then rows
+            children = _page_all(kids, start, count)
+        elif flt is None and not self.paging and hasattr(kids, "grouped"):   # every row reachable without paging
+            children = kids.grouped()
+        else:
+            children = kids.children(flt, start, count)
         return {"variables": [self.variable(c.name, c.value, c.evaluate_name) for c in children]}
 
     def stop_disassemble(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -158,14 +158,18 @@ class StopView(View):
             frames.append({"id": self.handles.add(NodeFrame()), "name": f"{site.node} = {site.target} [{site.graph}]",
                            "line": line, "column": 1, "presentationHint": "normal",
                            "source": {"name": name, "sourceReference": ref, "origin": "compiled graph"}})
-        for i, location in enumerate(reversed(site.frames)):
+        locations = stack_locations(self.stop)
+        root = root_frame(locations[-1], self.py_frames) if locations else None
+        for i, location in enumerate(locations):
             file, _, line = location.rpartition(":")
             lineno = int(line) if line.isdigit() else 0
             text = linecache.getline(file, lineno).strip() or location
             label = f"{site.module or '<top>'}: {text}" if i == 0 else text
-            frames.append({"id": self.handles.add(NodeFrame()), "name": label, "line": lineno, "column": 1,
+            outermost = i == len(locations) - 1
+            frame = NodeFrame(level=i, py=root if outermost else None, outermost=outermost)
+            frames.append({"id": self.handles.add(frame), "name": label, "line": lineno, "column": 1,
                            "source": {"name": os.path.basename(file), "path": os.path.abspath(file)}})
-        return frames + self.py_frame_bodies()
+        return frames + self.py_frame_bodies([f for f in self.py_frames if f is not root])
 
     def stop_scopes(self, args: dict[str, Any]) -> dict[str, Any]:
         frame = self.frame(args.get("frameId"))
@@ -173,10 +177,16 @@ class StopView(View):
             return self.python_scopes(frame)
         stop, site = self.stop, self.stop.site
         node = {"value": stop.value, **{n: stop.value for n in stop.names() if n != "value"}, **stop.inputs}
+        here = []
+        if frame.level >= 0:   # a user frame: the other names `evaluate` in it sees (its real locals)
+            names = {k: v for k, v in frame_names(self.stepper, stop, frame).items()
+                     if k != "torch" and k not in node and k not in self.stepper.user_vars}
+            here = [("This frame", None, MappingChildren(names))] if names else []
         info = {"node": site.node, "op": site.target, "module": site.module, "source": site.source,
                 "graph": site.graph, "call": stop.call, "reason": stop.reason,
                 "writable": stop.writable, **({"note": stop.note} if stop.note else {})}
-        scopes = [("Node", "locals", MappingChildren(node, setter=self._set_node)), ("Site", None, MappingChildren(info))]
+        scopes = [("Node", "locals", MappingChildren(node, setter=self._set_node)), *here,
+                  ("Site", None, MappingChildren(info))]
         if self.stepper.user_vars:
             scopes.append(("Bound in the debugger", None, MappingChildren(dict(self.stepper.user_vars))))
         return {"scopes": [{"name": name, "variablesReference": self.handles.add(kids), "expensive": False,
@@ -245,10 +255,21 @@ class StopView(View):
             raise DapError(f"{type(exc).__name__}: {exc}") from None
 
     def evaluate_here(self, expr: str, args: dict[str, Any]) -> dict[str, Any]:
-        """At the node: a dynstep command typed in the console, else an expression like `p`'s."""
+        """At the node: a dynstep command typed in the console, else an expression like `p`'s; in a
+        user frame, in that frame's names (userframes.frame_names)."""
         if args.get("context") in ("repl", None) and _is_command(expr):
             return {"result": self.command(expr), "variablesReference": 0}
-        return self.evaluated(expr, self.evaluate(expr))
+        frame = self.frame(args.get("frameId"))
+        if frame.level < 0:
+            return self.evaluated(expr, self.evaluate(expr))
+        names = frame_names(self.stepper, self.stop, frame)
+        try:
+            value = eval(compile(expr, "<dap>", "eval"), {"__builtins__": __builtins__}, names)
+        except NameError as exc:
+            raise DapError(unavailable(getattr(exc, "name", None) or str(exc), frame, names)) from None
+        except Exception as exc:
+            raise DapError(f"{type(exc).__name__}: {exc}") from None
+        return self.evaluated(expr, value)
 
     def command(self, line: str) -> str:
         """A dynstep command typed in the debug console (set, record, graph, where, break, help, ...)."""
@@ -297,6 +318,16 @@ def _is_command(text: str) -> bool:
     except SyntaxError:
         return True
     return False
+
+
+def _page_all(kids: Any, start: int, count: int | None) -> list[Any]:
+    """start/count without a filter: a page of the named children followed by the indexed ones."""
+    named = kids.children("named", 0, None)
+    picked = named[start:start + count] if count else named[start:]
+    left = None if count is None else count - len(picked)
+    if left is None or left > 0:
+        picked += kids.children("indexed", max(0, start - len(named)), left)
+    return picked
 
 
 def _int(value: Any, default: int) -> int:

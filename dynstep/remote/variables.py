@@ -2,7 +2,10 @@
 
 A tensor expands to ``shape``, ``dtype``, ``device``, ``stats`` (named) and its rows along dim 0
 (indexed, paged with start/count): each row is a view, summarised on the device, so a client never
-receives a copy of a large tensor. Handles (``variablesReference``) live for one stop only.
+receives a copy of a large tensor. For a client that does not page (no `supportsVariablePaging`),
+more than 100 rows come as groups ``[0:100]``, ``[100:200]``, ... (groups of groups past 10,000 rows),
+each expanding to its rows, so every row is reachable. Handles (``variablesReference``) live for one
+stop only.
 
     handles = Handles(); ref = handles.add(TensorChildren(t, "value", writer))
     handles.get(ref).children("indexed", 100, 50)      -> [Child("[100]", t[100], "value[100]"), ...]
@@ -71,7 +74,9 @@ class Handles:
 
 def short(value: Any) -> str:
     """One line for a value: tensors as dtype[shape] device and a few stats, others by repr."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, RowRange):
+        text = str(value)
+    elif isinstance(value, torch.Tensor):
         try:
             text = tensor_summary(value)
         except Exception:   # a FakeTensor at a compile-time stop, an odd subclass: its type is enough
@@ -104,11 +109,15 @@ def _num(v: float) -> str:
 
 
 def type_name(value: Any) -> str:
+    if isinstance(value, RowRange):
+        return "rows"
     return "Tensor" if isinstance(value, torch.Tensor) else type(value).__name__
 
 
 def expandable(value: Any, evaluate_name: str, writer: Writer | None) -> Children | None:
     """The children of a value a client can expand (None: a leaf)."""
+    if isinstance(value, RowRange):
+        return RangeChildren(value)
     if isinstance(value, torch.Tensor):
         real = value.dim() > 0 and type(value) in (torch.Tensor, torch.nn.Parameter)
         return TensorChildren(value, evaluate_name, writer) if real else None
@@ -150,7 +159,8 @@ class MappingChildren:
 
 
 class TensorChildren:
-    """shape, dtype, device, stats, then rows [0], [1], ... (paged; views, never copies)."""
+    """shape, dtype, device, stats, then rows [0], [1], ... (paged; views, never copies); `grouped()`:
+    the same with more than UNPAGED_LIMIT rows as RowRange groups, for a client that does not page."""
 
     def __init__(self, t: torch.Tensor, evaluate_name: str, writer: Writer | None) -> None:
         self.t, self.expr, self.writer = t, evaluate_name, writer
@@ -167,6 +177,14 @@ class TensorChildren:
     def counts(self) -> tuple[int, int]:
         return 4, int(self.t.shape[0])
 
+    def grouped(self) -> list[Child]:
+        """Every child, rows past UNPAGED_LIMIT in groups (a plain request from a client that does not page)."""
+        rows = int(self.t.shape[0])
+        if rows <= UNPAGED_LIMIT:
+            return self.children(None, 0, None)
+        whole = RangeChildren(RowRange(self.t, 0, rows, self.expr, self.writer))
+        return self.children("named", 0, None) + whole.children(None, 0, None)
+
     def children(self, filter_: str | None, start: int, count: int | None) -> list[Child]:
         out = []
         if filter_ != "indexed":
@@ -179,16 +197,68 @@ class TensorChildren:
         return out
 
     def set(self, name: str, value: Any) -> Any:
-        if self.writer is None:
-            raise DapError("this value is read-only at this stop")
-        if not (name.startswith("[") and name.endswith("]") and name[1:-1].isdigit()):
-            raise DapError(f"only rows or elements ([i]) of a tensor can be set, not {name!r}")
-        i = int(name[1:-1])
-        if i >= self.t.shape[0]:
-            raise DapError(f"index {i} is out of range for a dimension of size {self.t.shape[0]}")
-        target = self.t[i]
-        try:
-            self.writer(target, value, f"{self.expr or 'tensor'}{name}")
-        except ValueError as exc:
-            raise DapError(str(exc)) from None
-        return target
+        return set_row(self.t, 0, int(self.t.shape[0]), self.expr, self.writer, name, value)
+
+
+def set_row(t: torch.Tensor, lo: int, hi: int, expr: str, writer: Writer | None, name: str, value: Any) -> Any:
+    """Write `value` into the row `name` ("[i]", lo <= i < hi) with the stepper's rules."""
+    if writer is None:
+        raise DapError("this value is read-only at this stop")
+    if not (name.startswith("[") and name.endswith("]") and name[1:-1].isdigit()):
+        raise DapError(f"only rows or elements ([i]) of a tensor can be set, not {name!r}")
+    i = int(name[1:-1])
+    if not lo <= i < hi:
+        raise DapError(f"index {i} is out of range for a dimension of size {t.shape[0]}"
+                       + (f" (this group holds rows {lo} to {hi - 1})" if (lo, hi) != (0, t.shape[0]) else ""))
+    target = t[i]
+    try:
+        writer(target, value, f"{expr or 'tensor'}{name}")
+    except ValueError as exc:
+        raise DapError(str(exc)) from None
+    return target
+
+
+@dataclasses.dataclass(frozen=True)
+class RowRange:
+    """Rows lo..hi-1 of a tensor, shown as one expandable group to a client that does not page."""
+
+    t: torch.Tensor
+    lo: int
+    hi: int
+    expr: str
+    writer: Writer | None
+
+    def groups(self) -> list["RowRange"]:
+        """Sub-groups of 100, 10,000, ... rows: at most UNPAGED_LIMIT of them."""
+        step = UNPAGED_LIMIT
+        while (self.hi - self.lo + step - 1) // step > UNPAGED_LIMIT:
+            step *= UNPAGED_LIMIT
+        return [RowRange(self.t, a, min(a + step, self.hi), self.expr, self.writer)
+                for a in range(self.lo, self.hi, step)]
+
+    def __str__(self) -> str:
+        return f"rows {self.lo} to {self.hi - 1} of {list(self.t.shape)}"
+
+
+class RangeChildren:
+    """A RowRange's children: its rows when there are at most UNPAGED_LIMIT, else its sub-groups."""
+
+    def __init__(self, rows: RowRange) -> None:
+        self.rows = rows
+
+    def _all(self) -> list[Child]:
+        r = self.rows
+        if r.hi - r.lo <= UNPAGED_LIMIT:
+            return [Child(f"[{i}]", r.t[i], f"{r.expr}[{i}]" if r.expr else "") for i in range(r.lo, r.hi)]
+        return [Child(f"[{g.lo}:{g.hi}]", g) for g in r.groups()]
+
+    def counts(self) -> tuple[int, int]:
+        return len(self._all()), 0
+
+    def children(self, filter_: str | None, start: int, count: int | None) -> list[Child]:
+        kids = [] if filter_ == "indexed" else self._all()[start:]
+        return kids[:count] if count else kids
+
+    def set(self, name: str, value: Any) -> Any:
+        r = self.rows
+        return set_row(r.t, r.lo, r.hi, r.expr, r.writer, name, value)

@@ -43,6 +43,11 @@ def definition(msg: dict) -> str:
 
 
 def validate(msg: dict) -> None:
+    """Against the schema. One relaxation: a response's request_seq may be 0. It answers a request a
+    client numbered 0 (nvim-dap before Dec 2023; the schema had no minimum until Jan 2026) or a message
+    with no readable seq (an error response naming no request); everything else in it is checked."""
+    if msg.get("type") == "response" and msg.get("request_seq") == 0:
+        msg = {**msg, "request_seq": 1}
     name = definition(msg)
     v = _validators.get(name)
     if v is None:
@@ -86,9 +91,12 @@ def env() -> dict[str, str]:
     return out
 
 
-def start_program(*args: str, extra_env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[subprocess.Popen, int]:
-    """`dynstep run --dap 0 ARGS...`; (process, the port it listens on)."""
-    proc = subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--dap", "0", *args], cwd=cwd or str(ROOT),
+def start_program(*args: str, extra_env: dict[str, str] | None = None, cwd: str | None = None, address: str = "0",
+                  launcher: list[str] | None = None) -> tuple[subprocess.Popen, int]:
+    """`dynstep run --dap ADDRESS ARGS...` (`python -m dynstep`, or the given launcher, e.g. the console
+    script); (process, the port it listens on)."""
+    command = [*(launcher or [sys.executable, "-m", "dynstep"]), "run", "--dap", address, *args]
+    proc = subprocess.Popen(command, cwd=cwd or str(ROOT),
                             env={**env(), **(extra_env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 60

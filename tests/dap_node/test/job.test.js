@@ -13,7 +13,7 @@ const { DebugClient } = require('@vscode/debugadapter-testsupport');
 
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 const PYTHON = process.env.PYTHON || 'python3';
-const JOB = path.join(ROOT, 'tests', 'dist', 'job.py');
+const JOB = path.join(ROOT, 'tests', 'jobs', 'job.py');
 
 function isFree(port) {
   return new Promise(resolve => {
