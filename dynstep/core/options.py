@@ -194,6 +194,8 @@ ENV_VARS = (
     EnvVar("DYNSTEP_RECORD_MEMORY", "bytes", "bytes up to 2^63-1 (1073741824, 512M, 2G)",
            "cap on the memory of all record rings (default 1G)", high=MAX_BYTES),
     EnvVar("DYNSTEP_CACHE_DIR", "path", "a directory", "where native builds are cached (default ~/.cache/dynstep)"),
+    EnvVar("DYNSTEP_BUILD_WAIT", "seconds", "seconds, 0 to 86400 (default 300)",
+           "how long to wait for another process's native build", high=86400),
     EnvVar("DYNSTEP_DAP", "address", "PORT or HOST:PORT", "serve the Debug Adapter Protocol from the first compile"),
     EnvVar("DYNSTEP_DAP_WAIT", "flag", "1/0", "with DYNSTEP_DAP: wait until a client has attached"),
     EnvVar("DYNSTEP_DAP_TOKEN", "text", "a token", "the token a client's attach must give"),

@@ -116,19 +116,10 @@ def library_path(variant: str) -> Path:
 
 
 def build_wait() -> float:
-    raw = os.environ.get(WAIT_ENV, "").strip()
-    if not raw:
-        return WAIT_DEFAULT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        from ..core.errors import OptionsError
+    from ..core.options import env_value
 
-        raise OptionsError(f"environment variable {WAIT_ENV}={raw!r}: expected a number of seconds >= 0 "
-                           f"(how long to wait for another process's native build; default {WAIT_DEFAULT:g})")
-    return value
+    value = env_value(WAIT_ENV)
+    return WAIT_DEFAULT if value is None else float(value)
 
 
 def needs_build() -> bool:
