@@ -12,6 +12,7 @@
                                          --dap HOST:PORT off loopback needs --dap-token (or prints one)
     dynstep attach HOST:PORT             the terminal REPL driving a process served with --dap
     dynstep diff SCRIPT [--backend B]    diff every compiled graph in SCRIPT against eager and float64
+    dynstep compare A B [--json]         two recorded runs aligned node by node: the first node that differs
     dynstep gdb --pause SEL SCRIPT       SCRIPT under gdb: at a stop, `native` names the node's kernel and
                                          `native break` puts gdb there (--cuda: cuda-gdb; --batch for CI)
     dynstep vscode [--cpp]               .vscode/launch.json: Python through dynstep, a gdb attach for C++
@@ -149,9 +150,16 @@ def cmd_report(args: argparse.Namespace) -> Result:
     return report(args)
 
 
-def _backend_arg(text: str):
-    """A backend name, or ``module:attribute`` naming a backend callable."""
-    if ":" not in text:
+def cmd_compare(args: argparse.Namespace) -> Result:
+    """Compare two recorded runs node by node (any two processes); exit 1 when a node differs, 2 on bad input."""
+    from .compare_cli import compare
+
+    return compare(args)
+
+
+def _backend_arg(text: str | None):
+    """A backend name, or ``module:attribute`` naming a backend callable (None: the script's own)."""
+    if text is None or ":" not in text:
         return text
     import importlib
 
@@ -184,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .report_cli import add_arguments
 
     add_arguments(sub.add_parser("report", help=cmd_report.__doc__))
+    from . import compare_cli
+
+    compare_cli.add_arguments(sub.add_parser("compare", help=cmd_compare.__doc__))
     return parser
 
 
@@ -211,6 +222,7 @@ VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "vscode": cmd_vscode,
     "diff": cmd_diff,
     "report": cmd_report,
+    "compare": cmd_compare,
 }
 
 
