@@ -94,7 +94,10 @@ def cmd_attach(args: argparse.Namespace) -> Result:
 
 
 def cmd_diff(args: argparse.Namespace) -> Result:
-    """Run SCRIPT with every torch.compile diffed against eager and float64; exit 1 on divergence."""
+    """Run SCRIPT with every torch.compile diffed against eager and float64; exit 1 on divergence.
+
+    The script's compiled calls return the compiled values of the backend under test (its own backend,
+    mode and options unless --backend/--mode say otherwise), so it behaves as it does without the diff."""
     import os
 
     script = os.path.abspath(args.script)
@@ -113,7 +116,7 @@ def cmd_diff(args: argparse.Namespace) -> Result:
     if not report.graphs:
         return False, "dynstep diff: the script compiled no graph with torch.compile"
     if not report.ok:
-        return False, report.summary(), 1   # whatever the script's own exit code
+        return False, "", 1   # show() printed the summary; exit 1 whatever the script's own exit code
     return script_exit == 0, "", script_exit
 
 
@@ -131,8 +134,8 @@ def _diff_script(args: argparse.Namespace, script: str, backend: Any):
     try:
         with progress_bar() as progress:
             cfg = config(backend, mode=args.mode, training=args.training, repro=args.repro,
-                         ladder=not args.no_ladder, progress=progress,
-                         backend_ref=args.backend if ":" in args.backend else None)
+                         ladder=not args.no_ladder, progress=progress, root_cause=not args.no_root_cause,
+                         backend_ref=args.backend if args.backend and ":" in args.backend else None)
             with diffing(cfg, calls=args.calls) as collector:
                 try:
                     runpy.run_path(script, run_name="__main__")
@@ -202,15 +205,18 @@ def _add_diff(sub: Any) -> None:
     diff = sub.add_parser("diff", help=cmd_diff.__doc__)
     diff.add_argument("script", help="the Python script to run")
     diff.add_argument("script_args", nargs="*", help="arguments for the script (after --)")
-    diff.add_argument("--backend", default="inductor",
-                      help="backend to diff: a name (default: inductor) or module:attribute")
-    diff.add_argument("--mode", default=None, help="torch.compile mode for the backend")
+    diff.add_argument("--backend", default=None,
+                      help="backend to diff: a name or module:attribute (default: the one each torch.compile call "
+                           "names, with its mode and options; inductor when it names none)")
+    diff.add_argument("--mode", default=None, help="torch.compile mode for the backend (default: the script's)")
     diff.add_argument("--training", action="store_true", help="also diff gradients of every graph")
     diff.add_argument("--repro", metavar="DIR", help="write a runnable repro of the first divergence to DIR")
     diff.add_argument("--json", metavar="FILE", help="write the report as JSON")
     diff.add_argument("--html", metavar="FILE", help="write the report as a self-contained HTML page")
     diff.add_argument("--calls", type=int, default=1, help="diff the first N calls of each graph (default: 1)")
     diff.add_argument("--no-ladder", action="store_true", help="skip the backends ladder")
+    diff.add_argument("--no-root-cause", action="store_true",
+                      help="skip the ablations that name the compiler subsystem behind the first divergence")
 
 
 VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
