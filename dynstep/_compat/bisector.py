@@ -157,10 +157,16 @@ def inductor_with_options(mode: str | None, options: dict[str, Any] | None) -> C
     return torch._TorchCompileInductorWrapper(mode, options, None)
 
 
-def fresh_compiles() -> contextlib.AbstractContextManager[Any]:
-    # torch/compiler/config.py: force_disable_caches turns off the FX graph and AOTAutograd caches
-    # (torch/_inductor/codecache.py, torch/_functorch/_aot_autograd/autograd_cache.py)
-    return torch.compiler.config.patch(force_disable_caches=True)
+@contextlib.contextmanager
+def fresh_compiles() -> Iterator[None]:
+    """No compiled graph is served from a cache meanwhile (kernel binaries still are, by their source):
+    torch/_inductor/config.py fx_graph_cache and torch/_functorch/config.py enable_autograd_cache. Their
+    keys cover the graph and the config, not a lowering or decomposition patched in this process."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        yield
 
 
 # Inductor config that keeps every scheduler node its own kernel (torch/_inductor/config.py)

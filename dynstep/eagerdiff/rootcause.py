@@ -202,7 +202,7 @@ def _ablate(differ: Any, boundary: Boundary, backend: str) -> RootCause | None:
     fixed = not _safe(boundary, backend, fp64=True)
     tried.append(Ablation("float64 compile", fixed))
     if fixed:
-        return _cause("precision", f"float rounding at {differ_dtype(boundary)}", backend, None, tried)
+        return _cause("precision", f"float rounding at {_dtype(boundary)}", backend, None, tried)
     stage = f" (it first shows in the {found.backend} stage)" if found is not None else ""
     differ.notes.append("root cause: no ablation removed the divergence on the node's subgraph" + stage + "; tried "
                         + ", ".join(a.name for a in tried))
@@ -239,6 +239,6 @@ def _cause(subsystem: str, detail: str, stage: str, number: int | None, tried: l
                      ablations=tuple(tried))
 
 
-def differ_dtype(boundary: Boundary) -> str:
+def _dtype(boundary: Boundary) -> str:
     value = boundary.eager[0] if isinstance(boundary.eager, (tuple, list)) else boundary.eager
     return str(getattr(value, "dtype", "?")).replace("torch.", "")

@@ -34,7 +34,9 @@ def wrong_lowering(op=aten.tanh.default, eps: float = 0.01):
 
 
 def no_caches():
-    return torch.compiler.config.patch(force_disable_caches=True)
+    from dynstep._compat.bisector import fresh_compiles
+
+    return fresh_compiles()
 
 
 class DropSqrt(CustomGraphPass):
