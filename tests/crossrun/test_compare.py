@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -143,3 +144,17 @@ def test_cli_exit_codes_and_bad_input(tmp_path):
     assert missing.returncode == 2 and "nowhere.dynstep" in missing.stderr and "not a dynstep recording" in missing.stderr
     bad = _dynstep("a.dynstep", "b.dynstep", "--steps", "one", cwd=tmp_path)
     assert bad.returncode == 2 and "expected a step number" in bad.stderr
+
+
+def test_two_ranks_of_one_recording():
+    rank0 = run_a()
+    rank1 = [dataclasses.replace(h, rank=1, seq=h.seq + 100) for h in run_a()]
+    changed = hit(102, "fc2", "torch.nn.functional.linear", 12, "return self.fc2(h)", [4.0, 5.0, 7.0])
+    rank1[2] = dataclasses.replace(changed, rank=1)
+    job = rank0 + rank1
+    assert dynstep.compare(job, job).ok                       # rank 0 of each, with a note saying so
+    assert "ranks [0, 1]" in dynstep.compare(job, job).notes[0]
+    d = dynstep.compare(job, job, ranks=(0, 1)).first_divergence
+    assert d is not None and d.module == "fc2"
+    with pytest.raises(dynstep.DynstepError, match="no rank 3"):
+        dynstep.compare(job, job, ranks=(0, 3))
