@@ -25,6 +25,7 @@ import torch.fx
 from dynstep import _compat
 from dynstep.core.options import Options
 from dynstep.core.sites import SITES, Site
+from dynstep.graph import identity as ident
 from dynstep.graph import info as gi
 from dynstep.graph import selectors as sel
 from dynstep.ops import schema as ops
@@ -68,9 +69,10 @@ def insert_probes(gm: torch.fx.GraphModule, plan: ProbePlan, *, aten_level: bool
     sites: list[Site] = []
     cursor: dict[torch.fx.Node, torch.fx.Node] = {}
     order = _order(graph)
+    names = ident.identities(graph) if chosen else {}   # before getitems are added: they take their tuple's
     for node, (probe, module, source, actions) in sorted(chosen.items(), key=lambda kv: order(kv[0])):
         sites += _probe_node(graph, node, probe, module, source, plan, actions, cursor,
-                             grads=plan.grads and not aten_level)
+                             grads=plan.grads and not aten_level, identity=names.get(node))
     if sites:
         graph.lint()
         gm.recompile()
@@ -132,7 +134,8 @@ def _order(graph: torch.fx.Graph):
 
 
 def _probe_node(graph: torch.fx.Graph, node: torch.fx.Node, probe: str, module: str, source: str,
-                plan: ProbePlan, actions: tuple[str, ...], cursor: dict, *, grads: bool) -> list[Site]:
+                plan: ProbePlan, actions: tuple[str, ...], cursor: dict, *, grads: bool,
+                identity: ident.NodeIdentity | None = None) -> list[Site]:
     leaves = gi.tensor_leaves(node)
     if not leaves:
         log.debug("dynstep: %s (%s) is not a tensor value; not probed", node.name, gi.op_name(node))
@@ -145,7 +148,8 @@ def _probe_node(graph: torch.fx.Graph, node: torch.fx.Node, probe: str, module: 
         common = dict(probe=probe, node=node.name if index is None else f"{node.name}[{index}]",
                       target=target, module=module, source=source, source_text=src_text,
                       graph=plan.graph_id, capacity=plan.capacity, nan_mode=plan.nan_mode,
-                      frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)))   # a nan stop's user frames
+                      frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)),   # a nan stop's user frames
+                      identity=ident.with_output(identity, index))
         site = SITES.add(kind="value", actions=actions, **common)
         after = cursor.get(value_node, value_node)
         with graph.inserting_after(after):

@@ -1,4 +1,5 @@
-"""Time to localize one planted Inductor bug: dynstep diff vs torch's accuracy minifier.
+"""Time to localize one planted Inductor bug: dynstep diff vs torch's accuracy minifier, and
+dynstep's root cause (ablations on the divergent node's subgraph) vs torch's CompilerBisector.
 
 The bug is torch's own test fixture `torch._inductor.config.cpp.inject_relu_bug_TESTING_ONLY =
 "accuracy"` (Inductor's C++ relu computes relu(x) + 1). Each contender runs in its own
@@ -8,12 +9,21 @@ writes minifier_launcher.py), then `python minifier_launcher.py` (which minifies
 one wall-clock cap; we count the aten nodes left in its minified repro. Also: peak RSS of `dynstep.diff` against a
 plain compiled run of a model with large activations (the diff must stream).
 
-    python bench/diff_vs_minifier.py [--cap 600] [--only time|memory]
+Root cause vs CompilerBisector (`--only bisect`): a wrong Inductor lowering of aten.erf (erf(x) + 0.5; the tests
+plant theirs in tanh, silu's decomposition and a post-grad pass) in the bundled 2-layer GPT (`--bisect-model gpt`,
+the default) or in the 4-layer MLP above (`mlp`): F.gelu decomposes into erf in both. CompilerBisector runs as
+documented in process (`CompilerBisector.do_bisect(fn)`, fn compiling the whole model with the backend it names and
+judging the output against eager and float64 as dynstep does); dynstep runs `dynstep.diff` (which names the node,
+then ablates its subgraph). Both in fresh processes with fresh Inductor caches; the ratio is printed for the root
+cause search alone (`report.root_cause.seconds`) and for the whole diff.
+
+    python bench/diff_vs_minifier.py [--cap 600] [--only time|memory|bisect] [--bisect-model gpt|mlp]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -45,9 +55,12 @@ def model_and_input(width: int, batch: int):
     return Net().eval(), torch.randn(batch, width)
 
 
-def worker(kind: str, width: int, batch: int) -> dict:
+def worker(kind: str, width: int, batch: int, bisect_model: str = "gpt") -> dict:
     import torch
     import torch._inductor.config as iconfig
+
+    if kind in ("rootcause", "bisector"):
+        return bisect_worker(kind, bisect_model, width, batch)
 
     model, x = model_and_input(width, batch)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -75,14 +88,86 @@ def _planted_line() -> str:
         return str(next(i for i, line in enumerate(f, 1) if "# PLANTED" in line and "next(" not in line))
 
 
-def spawn(kind: str, width: int, batch: int, cap: float, env_extra: dict) -> dict:
+@contextlib.contextmanager
+def wrong_erf_lowering(eps: float = 0.5):
+    """The planted bug: Inductor lowers aten.erf (what F.gelu decomposes into) to erf(x) + eps."""
+    import torch
+    import torch._inductor.compile_fx  # noqa: F401  (registers every lowering first: a later import would undo ours)
+    from torch._inductor import lowering
+
+    erf = torch.ops.aten.erf.default
+    original = lowering.lowerings[erf]
+    lowering.lowerings[erf] = lambda *a, **k: lowering.lowerings[torch.ops.aten.add.Tensor](original(*a, **k), eps)
+    try:
+        yield
+    finally:
+        lowering.lowerings[erf] = original
+
+
+def bisect_worker(kind: str, which: str, width: int, batch: int) -> dict:
+    import torch
+
+    if which == "gpt":
+        from dynstep.front.demo.model import make
+
+        model, x = make(seed=0, layers=2)
+    else:
+        model, x = model_and_input(width, batch)
+    model.eval()
+    t0 = time.perf_counter()
+    with wrong_erf_lowering(), torch.no_grad():
+        out = run_dynstep_root_cause(model, x) if kind == "rootcause" else run_compiler_bisector(model, x)
+    out.update(kind=kind, model=which, seconds=time.perf_counter() - t0)
+    return out
+
+
+def run_dynstep_root_cause(model, x) -> dict:
+    import dynstep
+
+    report = dynstep.diff(model, x, backend="inductor", ladder=False)
+    first, cause = report.first_divergence, report.root_cause
+    return {"where": first.where if first else None, "compiles": sum(g.compiles for g in report.graphs),
+            "root_cause": cause.sentence if cause else None, "found": bool(cause and cause.detail == "aten.erf"),
+            "root_cause_seconds": cause.seconds if cause else None, "root_cause_compiles": cause.compiles if cause else 0}
+
+
+def run_compiler_bisector(model, x) -> dict:
+    import torch
+    from torch._inductor.compiler_bisector import CompilerBisector
+
+    from dynstep.eagerdiff.judge import Tolerance, judge
+
+    ref, ref64 = model(x), _fp64(model, x)
+    calls = []
+
+    def fn() -> bool:
+        torch._dynamo.reset()
+        out = torch.compile(model, backend=CompilerBisector.get_backend() or "inductor")(x)
+        calls.append(CompilerBisector.get_backend())
+        return not judge(out, ref, ref64, Tolerance()).diverged
+
+    result = CompilerBisector.do_bisect(fn)
+    return {"result": repr(result), "compiles": len(calls),
+            "found": bool(result and result.subsystem == "lowerings")}
+
+
+def _fp64(model, x):
+    import copy
+
+    import torch
+
+    double = copy.deepcopy(model).double()
+    return double(x.double() if x.is_floating_point() else x).to(torch.float64)
+
+
+def spawn(kind: str, width: int, batch: int, cap: float, env_extra: dict, bisect_model: str = "gpt") -> dict:
     cache = tempfile.mkdtemp(prefix="dynstep-bench-")
     env = dict(os.environ, PYTHONPATH=ROOT, TORCHINDUCTOR_CACHE_DIR=cache, **env_extra)
     t0 = time.perf_counter()
     try:
         run = subprocess.run([sys.executable, __file__, "--worker", kind, "--width", str(width),
-                              "--batch", str(batch)], cwd=cache, env=env, capture_output=True, text=True,
-                             timeout=cap)
+                              "--batch", str(batch), "--bisect-model", bisect_model], cwd=cache, env=env,
+                             capture_output=True, text=True, timeout=cap)
     except subprocess.TimeoutExpired:
         return {"kind": kind, "timed_out": True, "wall": time.perf_counter() - t0, "dir": cache}
     wall = time.perf_counter() - t0
@@ -149,15 +234,19 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--mem-width", type=int, default=1024)
     ap.add_argument("--mem-batch", type=int, default=8192)
-    ap.add_argument("--only", choices=("time", "memory"))
+    ap.add_argument("--only", choices=("time", "memory", "bisect"))
+    ap.add_argument("--bisect-model", choices=("gpt", "mlp"), default="gpt",
+                    help="the model the root cause and CompilerBisector search (default: the 2-layer GPT)")
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.width, args.batch)))
+        print(json.dumps(worker(args.worker, args.width, args.batch, args.bisect_model)))
         return
-    if args.only != "memory":
+    if args.only in (None, "time"):
         time_to_localize(args)
-    if args.only != "time":
+    if args.only in (None, "memory"):
         memory(args)
+    if args.only in (None, "bisect"):
+        root_cause_vs_bisector(args)
 
 
 def time_to_localize(args: argparse.Namespace) -> None:
@@ -171,6 +260,24 @@ def time_to_localize(args: argparse.Namespace) -> None:
     speed = mini["wall"] / dyn["wall"]
     print(f"time to localize: dynstep {dyn['wall']:.1f}s, minifier {mini['wall']:.1f}s"
           f"{' (hit the cap)' if mini['timed_out'] else ''} -> {'>=' if mini['timed_out'] else ''}{speed:.1f}x")
+
+
+def root_cause_vs_bisector(args: argparse.Namespace) -> None:
+    ours = spawn("rootcause", args.width, args.batch, args.cap, {}, args.bisect_model)
+    print("dynstep root cause:", json.dumps({k: ours.get(k) for k in (
+        "wall", "found", "where", "root_cause", "root_cause_seconds", "root_cause_compiles", "compiles", "rc")}),
+        flush=True)
+    theirs = spawn("bisector", args.width, args.batch, args.cap, {}, args.bisect_model)
+    print("CompilerBisector:  ", json.dumps({k: theirs.get(k) for k in ("wall", "found", "result", "compiles",
+                                                                        "timed_out", "rc")}), flush=True)
+    if not ours.get("found") or ours.get("root_cause_seconds") is None:
+        print("dynstep did not name the planted lowering:", ours.get("stderr_tail"))
+        return
+    bisector = theirs.get("seconds") or theirs["wall"]
+    capped = ">=" if theirs.get("timed_out") else ""
+    print(f"root cause vs CompilerBisector ({args.bisect_model}): search {ours['root_cause_seconds']:.1f}s vs "
+          f"{bisector:.1f}s -> {capped}{bisector / ours['root_cause_seconds']:.1f}x; whole dynstep.diff "
+          f"{ours['seconds']:.1f}s -> {capped}{bisector / ours['seconds']:.1f}x")
 
 
 def memory(args: argparse.Namespace) -> None:

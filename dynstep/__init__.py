@@ -11,9 +11,9 @@ Importing dynstep is cheap: it imports neither Inductor nor rich; heavy modules 
 Layout (one room per capability; docs/architecture.md has the data path and the rules):
 core (vocabulary), graph (reading graphs, selectors), ops (op schemas, native loader), probe
 (run-time probes, sessions, recordings), step (stepper, breakpoints), bytecode (the bytecode
-stepper), eagerdiff (the diff engine), remote (the Debug Adapter Protocol server), mixed (from a
-paused node into its native kernel: `native`, `dynstep gdb`), front (every front end, the
-composition root), and
+stepper), eagerdiff (the diff engine), crossrun (two recorded runs compared node by node), remote
+(the Debug Adapter Protocol server), mixed (from a paused node into its native kernel: `native`,
+`dynstep gdb`), front (every front end, the composition root), and
 `dynstep.backends` (superstep and its graph passes; the top-level `backends/` folder).
 """
 
@@ -33,6 +33,7 @@ __all__ = [
     "set_record_memory_cap", "record_memory",
     "DiffReport", "NodeDiff", "diff",
     "serve_dap",
+    "Comparison", "compare",
 ]
 
 _LAZY = {
@@ -53,6 +54,7 @@ _LAZY = {
     "step_bytecode": "dynstep.bytecode",
     "diff": "dynstep.eagerdiff", "DiffReport": "dynstep.eagerdiff", "NodeDiff": "dynstep.eagerdiff",
     "serve_dap": "dynstep.remote.api",
+    "compare": "dynstep.crossrun", "Comparison": "dynstep.crossrun",
 }
 
 # Modules reachable as attributes under their public (and earlier) names: dynstep.probes.disable(),
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
                               SessionError, StorageError)
     from .core.options import Options
     from .core.records import Snapshot, Stats
+    from .crossrun import Comparison, compare
     from .eagerdiff import DiffReport, NodeDiff, diff
     from .probe.api import (CheckAction, CudaGraphTensorProbe, PrintAction, RecordAction, TensorCompare, TensorPrint,
                             TensorProbe, TensorRecord, drain_records)

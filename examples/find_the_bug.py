@@ -58,8 +58,11 @@ def main() -> None:
     first = report.first_divergence
     if first is not None:
         print(f"3. the culprit: {first.source} `{first.source_text}` in module {first.module or '(top level)'}")
+    if report.root_cause is not None:
+        print(f"4. below the node: {report.root_cause.sentence}")
     report.to_html(args.html)
-    print(f"4. a page to share: {args.html}; a repro to file upstream: python {report.graphs[0].repro}")
+    repro = next((g.repro for g in report.graphs if g.repro), "")
+    print(f"5. a page to share: {args.html}" + (f"; a repro to file upstream: python {repro}" if repro else ""))
 
 
 if __name__ == "__main__":

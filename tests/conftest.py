@@ -7,6 +7,8 @@ import tempfile
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "dynstep-inductor-cache"))
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# a test setting, not a dynstep switch: a second Python with another torch (tests/crossrun), read before the clean-up
+OTHER_TORCH_PYTHON = os.environ.get("DYNSTEP_OTHER_TORCH_PYTHON", "").strip()
 for key in [k for k in os.environ if k.startswith("DYNSTEP_")]:
     del os.environ[key]
 

@@ -164,3 +164,43 @@ def test_distributed_internals_the_coordinator_uses_exist():
 
     assert callable(c10d._get_default_store) and callable(c10d._set_pg_timeout)
     assert callable(c10d._get_default_group)
+
+
+def test_compiler_bisector_pieces_the_root_cause_drives():
+    """dynstep/_compat/bisector.py: CompilerBisector's entry point, state and subsystem table, the hook the
+    lowering consults, and the wrapper that applies options and config changes; then one real bisect."""
+    from torch._inductor import lowering
+    from torch._inductor.compiler_bisector import BACKENDS, CompilerBisector
+    from torch._inductor.virtualized import V
+
+    from dynstep._compat import bisector
+
+    assert callable(CompilerBisector.do_bisect) and isinstance(CompilerBisector.__dict__["disable_subsystem"],
+                                                                classmethod)
+    for name in ("get_backend", "get_subsystem", "get_run_state", "get_system_counter", "in_process_cache"):
+        assert hasattr(CompilerBisector, name), name
+    names = {s.name for s in BACKENDS["inductor"]}
+    assert {"joint_graph_passes", "post_grad_passes", "lowerings", "inductor_fallback_random"} <= names
+    assert "decomposition" in {s.name for s in BACKENDS["aot_eager_decomp_partition"]}
+    assert hasattr(V, "graph") and bisector.unavailable() is None
+    assert torch._TorchCompileInductorWrapper(None, bisector.NO_FUSION, None).config["max_fusion_size"] == 1
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output((graph.call_function(torch.mul, (graph.call_function(torch.tanh, (x,)), 2.0)),))
+    gm, inp = torch.fx.GraphModule(torch.nn.Module(), graph), [torch.randn(8, 8)]
+    want = gm(*inp)[0]
+    tanh = torch.ops.aten.tanh.default
+    original = lowering.lowerings[tanh]
+    lowering.lowerings[tanh] = lambda t: lowering.lowerings[torch.ops.aten.add.Tensor](original(t), 1.0)
+    try:
+        def good(backend: str) -> bool:
+            from dynstep.eagerdiff._backends import compile_graph
+
+            return bool(torch.allclose(compile_graph(gm, inp, backend)(*inp)[0], want, atol=1e-5))
+
+        found = bisector.bisect(good)
+    finally:
+        lowering.lowerings[tanh] = original
+    assert (found.backend, found.subsystem, found.op) == ("inductor", "lowerings", "aten.tanh"), found
+    assert CompilerBisector.bisection_enabled is False and CompilerBisector.in_process_cache is None

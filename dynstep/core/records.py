@@ -66,6 +66,7 @@ class Snapshot:
     source_text: str = ""
     rank: int = 0        # the rank of a distributed job that recorded it (0 in one process)
     world_size: int = 1
+    identity: str = ""   # the stable node identity (dynstep.graph.identity; docs/compare.md)
 
     @property
     def hit(self) -> tuple:

@@ -42,7 +42,14 @@ def rung_name(backend: str | Callable[..., Any], mode: str | None) -> str:
 
 
 def compile_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], backend: str | Callable[..., Any], *,
-                  mode: str | None = None) -> Callable[..., Any]:
+                  mode: str | None = None, options: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """`options` as torch.compile takes them: Inductor config for "inductor", `options=` for a callable."""
     from dynstep.backends import inner
 
+    if options and backend == "inductor":
+        from .._compat.bisector import inductor_with_options
+
+        return inductor_with_options(mode, options)(gm, list(inputs))
+    if options and callable(backend):
+        return backend(gm, list(inputs), options=options)
     return inner.compile_plain(gm, list(inputs), backend, mode=mode)

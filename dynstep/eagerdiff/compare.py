@@ -120,7 +120,7 @@ def localise(fn: Callable[..., Any], args: tuple, kwargs: dict, *, backend: Any)
     from .api import diff
 
     try:
-        report = diff(fn, *copy_inputs(args), backend=backend, ladder=False, **copy_inputs(kwargs))
+        report = diff(fn, *copy_inputs(args), backend=backend, ladder=False, root_cause=False, **copy_inputs(kwargs))
     except Exception as exc:
         return None, f"dynstep.diff could not run: {type(exc).__name__}: {exc}"
     if report.first_divergence is not None:

@@ -37,13 +37,13 @@ from ..graph import info as gi
 from ..core.errors import DynstepError
 from . import _backends, search
 from .kernels import kernel_for
-from .judge import Metrics, Reference, Tolerance, call_node, fetch_attr, judge, nonfinite, to_fp64
+from .judge import Metrics, Reference, Tolerance, call_node, fetch_attr, judge_value, nonfinite, to_fp64
 from .probed import ProbedRun, is_tensorish, output_nodes
 from .report import GraphDiff, LadderStep, NanOrigin, NodeDiff
 
 CALLS = ("call_function", "call_method", "call_module")
 _CONFIGURED: Any = object()  # compile/measure: the mode of the diff's own configuration
-Progress = Callable[[str, int, int], None]
+Progress = Callable[[str, int, int], None]   # (what, step, total); may have done(): called when a graph's diff ends
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +56,8 @@ class DiffConfig:
     repro_dir: str | None = None
     progress: Progress | None = None
     backend_ref: str | None = None   # "module:attribute" that imports a callable backend (for repros)
+    root_cause: bool = True          # ablate the first divergent node's subgraph (rootcause.py)
+    options: dict | None = None      # Inductor options, as torch.compile(options=...) takes them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +87,7 @@ class GraphDiffer:
         self.codes: list[str] = []
         self.steps = 0
         self.first_nan: NanOrigin | None = None
+        self.fed: dict[torch.fx.Node, Any] | None = None
         self.total = 2 + search.rounds(len(self.order)) + (1 if cfg.training else 0)
 
     # -- running -------------------------------------------------------------------------
@@ -98,7 +101,8 @@ class GraphDiffer:
         backend = backend or self.cfg.backend
         mode = self.cfg.mode if mode is _CONFIGURED else mode
         try:
-            run = ProbedRun.compile(self.gm, self.inputs, backend, probes=probes, mode=mode)
+            run = ProbedRun.compile(self.gm, self.inputs, backend, probes=probes, mode=mode,
+                                    options=self.cfg.options if backend == self.cfg.backend else None)
         except Exception as exc:
             raise DynstepError(
                 f"dynstep diff: backend {_backends.backend_name(backend)!r} failed to compile graph "
@@ -158,7 +162,8 @@ class GraphDiffer:
     def _diff(self, node: torch.fx.Node, compiled: Any, eager: Any, fp64: Any, kind: str,
               own: bool | None = None) -> NodeDiff:
         m, value = judge_value(compiled, eager, fp64, self.cfg.tol)
-        return NodeDiff.of(node, value, m, order=self.pos.get(node, -1), graph=self.graph, kind=kind, own=own)
+        return NodeDiff.of(node, value, m, order=self.pos.get(node, -1), graph=self.graph, kind=kind, own=own,
+                           tol=self.cfg.tol)
 
     def kernel(self, node: torch.fx.Node) -> str:
         """The generated kernel that computed `node` in the unprobed compile, when known."""
@@ -222,18 +227,23 @@ class GraphDiffer:
         if base.outputs_nonfinite:
             nan_compiled = self.find_nan()
         ladder = self.run_ladder() if self.cfg.ladder and base.outputs_diverged else ()
-        repro = ""
-        if first is not None and self.cfg.repro_dir:
+        repro, cause = "", None
+        node = next((n for n in self.order if first is not None and n.name == first.node), None)
+        if node is not None and self.cfg.root_cause:
+            from .rootcause import find_root_cause
+
+            cause = find_root_cause(self, node, first, self.fed)
+        if node is not None and self.cfg.repro_dir:
             from .repro import write_repro
 
-            node = next(n for n in self.order if n.name == first.node)
             repro = write_repro(self, node, self.cfg.repro_dir)
         nodes = tuple(sorted(self.seen.values(), key=lambda d: d.order))
         return GraphDiff(graph=self.graph, call=call, backend=_backends.backend_name(self.cfg.backend),
                          ok=not base.outputs_diverged, outputs=base.outputs, nodes=nodes,
                          first_divergence=first, fusion_dependent=fusion, nan_eager=base.nan_eager,
                          nan_compiled=nan_compiled, ladder=ladder, compiles=self.compiles,
-                         seconds=time.perf_counter() - t0, notes=tuple(self.notes), repro=repro)
+                         seconds=time.perf_counter() - t0, notes=tuple(self.notes), repro=repro,
+                         root_cause=cause)
 
     def find_first(self) -> tuple[NodeDiff | None, bool]:
         where = search.narrow(self, self.diverges, "divergence")
@@ -245,7 +255,7 @@ class GraphDiffer:
                                   f"has its own error; a dense scan found {dense.found.node}")
             pinned = dense if dense.found is not None else pinned
         if pinned.found is not None:
-            self.first_nan = pinned.nan
+            self.first_nan, self.fed = pinned.nan, pinned.fed
             return pinned.found, False
         probed = (*where.runs, pinned.run)
         if not all(self.check(run, (), outputs=True).outputs_diverged for run in probed):
@@ -289,25 +299,6 @@ def diff_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], cfg: DiffConfig,
 
         result = diff_grads(differ, result)
     return result
-
-
-def judge_value(compiled: Any, eager: Any, fp64: Any, tol: Tolerance) -> tuple[Metrics, Any]:
-    """Judge a tensor, or a tuple of tensors by its worst element. Returns (metrics, value)."""
-    if isinstance(compiled, torch.Tensor):
-        return judge(compiled, eager, fp64 if isinstance(fp64, torch.Tensor) else None, tol), compiled
-    if isinstance(compiled, (tuple, list)):
-        best = None
-        for i, c in enumerate(compiled):
-            if not isinstance(c, torch.Tensor):
-                continue
-            f = fp64[i] if isinstance(fp64, (tuple, list)) else None
-            m = judge(c, eager[i], f, tol)
-            if best is None or (m.diverged, m.error) > (best[0].diverged, best[0].error):
-                best = (m, c)
-        if best is not None:
-            return best
-    same = compiled == eager
-    return Metrics(not bool(same), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0), compiled
 
 
 def _first_tensor(value: Any) -> Any:

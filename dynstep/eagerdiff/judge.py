@@ -28,6 +28,7 @@ class Tolerance:
     factor: float = 2.0          # compiled error may be this many times the eager error ...
     factor_low: float = 3.0      # ... or this many for float16/bfloat16 values
     floor: float = 1e-5          # ... plus this absolute RMS floor (torch's `tol / 10`)
+    rounding: float = 8.0        # errors within this many machine epsilons of the value's RMS are rounding
 
     def budget(self, ref_error: float, dtype: torch.dtype) -> float:
         factor = self.factor_low if dtype in LOW_PRECISION else self.factor
@@ -46,6 +47,7 @@ class Metrics:
     max_rel: float        # max |compiled - eager| / |eager|
     cosine: float         # cosine similarity of compiled and eager, flattened
     new_nonfinite: int    # NaN/Inf in compiled where fp64 is finite (or the reverse)
+    scale: float = math.nan   # RMS of the float64 value: what one rounding error is relative to
 
     @property
     def ratio(self) -> float:
@@ -67,6 +69,7 @@ class _Sums:
     dot: float = 0.0
     norm_a: float = 0.0
     norm_b: float = 0.0
+    norm_f: float = 0.0
     bad: int = 0
 
     def add(self, res: torch.Tensor, ref: torch.Tensor, f64: torch.Tensor) -> None:
@@ -87,6 +90,7 @@ class _Sums:
         self.dot += float(res @ ref)
         self.norm_a += float(res @ res)
         self.norm_b += float(ref @ ref)
+        self.norm_f += float(f64 @ f64)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -111,7 +115,49 @@ def judge(compiled: torch.Tensor, eager: torch.Tensor, fp64: torch.Tensor | None
     denom = math.sqrt(sums.norm_a) * math.sqrt(sums.norm_b)
     cosine = sums.dot / denom if denom > 0 else (1.0 if sums.norm_a == sums.norm_b else 0.0)
     return Metrics(sums.bad > 0 or error > budget, error, ref_error, budget, sums.max_abs, sums.max_rel,
-                   cosine, sums.bad)
+                   cosine, sums.bad, math.sqrt(sums.norm_f / n))
+
+
+VERDICTS = ("compiled worse", "eager worse", "rounding")
+
+
+def verdict(m: Metrics, dtype: torch.dtype | None, tol: Tolerance) -> str:
+    """How a value's two errors against float64 compare (torch's `same(..., fp64_ref)` standard).
+
+    "rounding": both within their own float error (each at most `tol.rounding` epsilons of the
+    value's RMS), or neither beyond the other's budget; "compiled worse": the compiled error exceeds
+    the budget the eager error allows (or a new NaN/Inf); "eager worse": the eager error exceeds the
+    budget the compiled error would allow. Only "compiled worse" points at the compiler."""
+    if m.new_nonfinite:
+        return "compiled worse"
+    floating = dtype is not None and dtype.is_floating_point
+    own = tol.rounding * torch.finfo(dtype).eps * m.scale if floating and math.isfinite(m.scale) else 0.0
+    if m.error <= own and m.ref_error <= own:
+        return "rounding"
+    if m.error > m.budget:
+        return "compiled worse"
+    if floating and m.ref_error > tol.budget(m.error, dtype):
+        return "eager worse"
+    return "rounding"
+
+
+def judge_value(compiled: Any, eager: Any, fp64: Any, tol: Tolerance) -> tuple[Metrics, Any]:
+    """Judge a tensor, or a tuple of tensors by its worst element. Returns (metrics, value)."""
+    if isinstance(compiled, torch.Tensor):
+        return judge(compiled, eager, fp64 if isinstance(fp64, torch.Tensor) else None, tol), compiled
+    if isinstance(compiled, (tuple, list)):
+        best = None
+        for i, c in enumerate(compiled):
+            if not isinstance(c, torch.Tensor):
+                continue
+            f = fp64[i] if isinstance(fp64, (tuple, list)) else None
+            m = judge(c, eager[i], f, tol)
+            if best is None or (m.diverged, m.error) > (best[0].diverged, best[0].error):
+                best = (m, c)
+        if best is not None:
+            return best
+    same = compiled == eager
+    return Metrics(not bool(same), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0), compiled
 
 
 def nonfinite(value: Any) -> int:

@@ -31,6 +31,13 @@ def copy_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.Graph, dict[torch.fx.
     return graph, env, out
 
 
+def fresh_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The same module and attributes over a copy of the graph (a compiler may rewrite the one it gets)."""
+    graph, _, out = copy_graph(gm)
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
+
+
 def output_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node | Any]:
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     return _compat.tree_leaves(output.args[0])
@@ -79,10 +86,11 @@ class ProbedRun:
 
     @classmethod
     def compile(cls, gm: torch.fx.GraphModule, inputs: Sequence[Any], backend: Any, *,
-                probes: Sequence[torch.fx.Node] = (), mode: str | None = None) -> "ProbedRun":
+                probes: Sequence[torch.fx.Node] = (), mode: str | None = None,
+                options: dict[str, Any] | None = None) -> "ProbedRun":
         probed, layout = with_outputs(gm, probes)
         with torch.no_grad():  # probed copies only run forward: AOTAutograd then builds no backward
-            fn = _backends.compile_graph(probed, list(inputs), backend, mode=mode)
+            fn = _backends.compile_graph(probed, list(inputs), backend, mode=mode, options=options)
         return cls(fn, tuple(probes), layout, len(output_nodes(gm)))
 
     def __call__(self, inputs: Sequence[Any], keep: Collection[torch.fx.Node] | None = None, *,

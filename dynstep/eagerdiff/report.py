@@ -21,7 +21,7 @@ import torch.fx
 
 from ..core import wiring
 from ..graph import info as gi
-from .judge import Metrics
+from .judge import Metrics, Tolerance, verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +49,11 @@ class NodeDiff:
     kind: str = "value"       # "value", "output" or "grad"
     own: bool | None = None   # True: error is new at this node; False: inherited; None: not checked
     kernel: str = ""          # the generated kernel, when the compiler says
+    verdict: str = ""         # against float64: "compiled worse", "eager worse" or "rounding" (judge.verdict)
 
     @classmethod
     def of(cls, node: torch.fx.Node, value: Any, m: Metrics, *, order: int, graph: str, kind: str = "value",
-           own: bool | None = None) -> "NodeDiff":
+           own: bool | None = None, tol: Tolerance | None = None) -> "NodeDiff":
         src, text = gi.source(node)
         shape = tuple(value.shape) if hasattr(value, "shape") else ()
         dtype = str(value.dtype).replace("torch.", "") if hasattr(value, "dtype") else type(value).__name__
@@ -60,7 +61,8 @@ class NodeDiff:
                    source_text=text, shape=shape, dtype=dtype, diverged=m.diverged, error=m.error,
                    ref_error=m.ref_error, budget=m.budget, ratio=m.ratio, max_abs=m.max_abs,
                    max_rel=m.max_rel, cosine=m.cosine, new_nonfinite=m.new_nonfinite, order=order,
-                   graph=graph, kind=kind, own=own)
+                   graph=graph, kind=kind, own=own,
+                   verdict=verdict(m, getattr(value, "dtype", None), tol or Tolerance()))
 
     @property
     def where(self) -> str:
@@ -106,6 +108,53 @@ class LadderStep:
 
 
 @dataclasses.dataclass(frozen=True)
+class Ablation:
+    """One thing tried on the divergent node's subgraph, and whether it removed the divergence."""
+
+    name: str                 # "fusion off", "inductor: post_grad_passes disabled", "backend aot_eager", ...
+    fixed: bool
+
+
+_WHAT = {"lowerings": "disabling Inductor's lowering of {detail}",
+         "decompositions": "disabling the decomposition of {detail}",
+         "post_grad_passes": "disabling Inductor's post-grad pass {detail}",
+         "joint_graph_passes": "disabling Inductor's joint-graph pass {detail}",
+         "pre_grad_passes": "disabling Inductor's pre-grad pass {detail}", "cudagraphs": "disabling CUDA graphs",
+         "fusion": "turning Inductor's fusion off", "precision": "computing in float64 ({detail})"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RootCause:
+    """Which compiler subsystem changed the first divergent node: the first ablation, run on that
+    node's subgraph with the inputs the compiled program fed it, that removes the divergence."""
+
+    subsystem: str            # "lowerings", "post_grad_passes", "decompositions", "fusion", "precision",
+                              # a config field ("fallback_random", "emulate_precision_casts", ...), ...
+    detail: str               # "aten.tanh", a pass name, "emulate_precision_casts=True", ...
+    kernel: str               # the kernel that computed the node (the whole program's compile)
+    node: str                 # the first divergent node it applies to
+    module: str = ""
+    source: str = ""
+    source_text: str = ""
+    stage: str = ""           # the CompilerBisector backend first showing it: "inductor", "aot_eager_decomp_partition"
+    number: int | None = None  # which application of the subsystem (CompilerBisector's bisect number)
+    subgraph_nodes: int = 1   # nodes in the subgraph the ablations ran on
+    ablations: tuple[Ablation, ...] = ()
+    compiles: int = 0
+    seconds: float = 0.0
+
+    @property
+    def sentence(self) -> str:
+        """'fixed by disabling Inductor's lowering of aten.tanh (lowerings #0); kernel …; node …'."""
+        what = _WHAT.get(self.subsystem, "setting Inductor config {detail}").format(detail=self.detail)
+        number = f" #{self.number}" if self.number is not None else ""
+        tag = f" ({self.subsystem}{number})" if self.subsystem not in ("fusion", "precision") else ""
+        kernel = f"; kernel {self.kernel}" if self.kernel else ""
+        mod = f" in {self.module}" if self.module else ""
+        return f"fixed by {what}{tag}{kernel}; node {self.node}{mod} at {self.source or '?'}"
+
+
+@dataclasses.dataclass(frozen=True)
 class GraphDiff:
     """Everything found for one call of one compiled graph."""
 
@@ -126,6 +175,7 @@ class GraphDiff:
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
     repro: str = ""                          # path of the repro script, when written
+    root_cause: RootCause | None = None      # which compiler subsystem changed the first divergence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +201,11 @@ class DiffReport:
         return next((g.grad_divergence for g in self.graphs if g.grad_divergence is not None), None)
 
     @property
+    def root_cause(self) -> RootCause | None:
+        """Which compiler subsystem changed the first divergent node (None: none found, or no divergence)."""
+        return next((g.root_cause for g in self.graphs if g.first_divergence is not None), None)
+
+    @property
     def nan_origin(self) -> NanOrigin | None:
         for g in self.graphs:
             if g.nan_compiled is not None or g.nan_eager is not None:
@@ -170,14 +225,19 @@ class DiffReport:
         if first is not None:
             line = f" `{first.source_text}`" if first.source_text else ""
             what = "first divergence" if first is self.first_divergence else "first divergent gradient, from"
-            return f"dynstep diff: {what} {first.where}{line} (error {first.error:.3g} > {first.budget:.3g})"
+            verdict = f", {first.verdict}" if first.verdict else ""
+            cause = self.root_cause
+            why = f"; {cause.sentence.split('; kernel')[0].split('; node')[0]}" if cause is not None else ""
+            return (f"dynstep diff: {what} {first.where}{line} (error {first.error:.3g} > {first.budget:.3g}"
+                    f"{verdict}){why}")
         if any(g.fusion_dependent for g in self.graphs):
             return "dynstep diff: outputs diverge, but the divergence disappears once probed (fusion-dependent)"
         return "dynstep diff: outputs diverge (see the report)"
 
     def to_dict(self) -> dict[str, Any]:
         return _clean({"backend": self.backend, "ok": self.ok, "summary": self.summary(),
-                       "first_divergence": self.first_divergence, "graphs": list(self.graphs)})
+                       "first_divergence": self.first_divergence, "root_cause": self.root_cause,
+                       "graphs": list(self.graphs)})
 
     def to_json(self, path: str | None = None, *, indent: int = 2) -> str:
         text = json.dumps(self.to_dict(), indent=indent)

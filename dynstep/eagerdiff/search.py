@@ -60,6 +60,7 @@ class Pinned:
     found: NodeDiff | None
     run: ProbedRun
     nan: NanOrigin | None = None   # set when the node found produced NaN/Inf
+    fed: dict | None = None        # the found node's inputs as the compiled program fed them (for its root cause)
 
 
 def cut_points(lo: int, hi: int) -> list[int]:
@@ -121,12 +122,13 @@ def pin_divergence(differ: Any, lo: int, hi: int, label: str) -> Pinned:
         own = differ.local(node, compiled)
         if own is None or not own.diverged:
             continue
+        fed = {a: compiled[a] for a in node.all_input_nodes if a in compiled}
         _drop_unneeded(compiled, node, nodes[i + 1:])
         judged = differ.judge_run([], {node: compiled[node]}).values.get(node)
         if judged is not None and judged.diverged:
             found = dataclasses.replace(judged, own=True, kernel=differ.kernel(node))
             nan = differ.nan_origin(node, compiled[node]) if found.new_nonfinite else None
-            return Pinned(found, run, nan)
+            return Pinned(found, run, nan, fed)
     return Pinned(None, run)
 
 

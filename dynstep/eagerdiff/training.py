@@ -98,7 +98,7 @@ def diff_grads(differ: Any, result: GraphDiff) -> GraphDiff:
     # AOTAutograd builds a backward only for inputs that require grad
     example = [x.detach().requires_grad_(i in leaves) if isinstance(x, torch.Tensor) else x
                for i, x in enumerate(inputs)] + [z.clone().requires_grad_(True) for z in taps]
-    compiled_fn = _backends.compile_graph(tgm, example, cfg.backend, mode=cfg.mode)
+    compiled_fn = _backends.compile_graph(tgm, example, cfg.backend, mode=cfg.mode, options=cfg.options)
     compiled = _grads(compiled_fn, inputs, leaves, taps)
     targets = [placeholders[i] for i in leaves] + nodes
     diffs: list[NodeDiff] = []
@@ -106,7 +106,8 @@ def diff_grads(differ: Any, result: GraphDiff) -> GraphDiff:
         if c is None or e is None:
             continue
         m = judge(c, e, f, cfg.tol)
-        diffs.append(NodeDiff.of(node, c, m, order=differ.pos.get(node, -1), graph=differ.graph, kind="grad"))
+        diffs.append(NodeDiff.of(node, c, m, order=differ.pos.get(node, -1), graph=differ.graph, kind="grad",
+                                 tol=differ.cfg.tol))
     by_name = {d.node: d for d in diffs}
     culprit = attribute(differ, result, by_name, targets)
     bad = any(d.diverged for d in diffs)
@@ -131,7 +132,7 @@ def attribute(differ: Any, result: GraphDiff, grads: dict[str, NodeDiff],
     g = grads[start.name]
     src = NodeDiff.of(culprit, torch.empty(g.shape), _as_metrics(g), order=differ.pos.get(culprit, -1),
                       graph=differ.graph, kind="grad", own=True)
-    return dataclasses.replace(src, shape=g.shape, dtype=g.dtype)
+    return dataclasses.replace(src, shape=g.shape, dtype=g.dtype, verdict=g.verdict)
 
 
 def _as_metrics(d: NodeDiff):

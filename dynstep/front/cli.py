@@ -12,6 +12,7 @@
                                          --dap HOST:PORT off loopback needs --dap-token (or prints one)
     dynstep attach HOST:PORT             the terminal REPL driving a process served with --dap
     dynstep diff SCRIPT [--backend B]    diff every compiled graph in SCRIPT against eager and float64
+    dynstep compare A B [--json]         two recorded runs aligned node by node: the first node that differs
     dynstep gdb --pause SEL SCRIPT       SCRIPT under gdb: at a stop, `native` names the node's kernel and
                                          `native break` puts gdb there (--cuda: cuda-gdb; --batch for CI)
     dynstep vscode [--cpp]               .vscode/launch.json: Python through dynstep, a gdb attach for C++
@@ -95,7 +96,10 @@ def cmd_attach(args: argparse.Namespace) -> Result:
 
 
 def cmd_diff(args: argparse.Namespace) -> Result:
-    """Run SCRIPT with every torch.compile diffed against eager and float64; exit 1 on divergence."""
+    """Run SCRIPT with every torch.compile diffed against eager and float64; exit 1 on divergence.
+
+    The script's compiled calls return the compiled values of the backend under test (its own backend,
+    mode and options unless --backend/--mode say otherwise), so it behaves as it does without the diff."""
     import os
 
     script = os.path.abspath(args.script)
@@ -114,7 +118,7 @@ def cmd_diff(args: argparse.Namespace) -> Result:
     if not report.graphs:
         return False, "dynstep diff: the script compiled no graph with torch.compile"
     if not report.ok:
-        return False, report.summary(), 1   # whatever the script's own exit code
+        return False, "", 1   # show() printed the summary; exit 1 whatever the script's own exit code
     return script_exit == 0, "", script_exit
 
 
@@ -132,8 +136,8 @@ def _diff_script(args: argparse.Namespace, script: str, backend: Any):
     try:
         with progress_bar() as progress:
             cfg = config(backend, mode=args.mode, training=args.training, repro=args.repro,
-                         ladder=not args.no_ladder, progress=progress,
-                         backend_ref=args.backend if ":" in args.backend else None)
+                         ladder=not args.no_ladder, progress=progress, root_cause=not args.no_root_cause,
+                         backend_ref=args.backend if args.backend and ":" in args.backend else None)
             with diffing(cfg, calls=args.calls) as collector:
                 try:
                     runpy.run_path(script, run_name="__main__")
@@ -151,9 +155,16 @@ def cmd_report(args: argparse.Namespace) -> Result:
     return report(args)
 
 
-def _backend_arg(text: str):
-    """A backend name, or ``module:attribute`` naming a backend callable."""
-    if ":" not in text:
+def cmd_compare(args: argparse.Namespace) -> Result:
+    """Compare two recorded runs node by node (any two processes); exit 1 when a node differs, 2 on bad input."""
+    from .compare_cli import compare
+
+    return compare(args)
+
+
+def _backend_arg(text: str | None):
+    """A backend name, or ``module:attribute`` naming a backend callable (None: the script's own)."""
+    if text is None or ":" not in text:
         return text
     import importlib
 
@@ -186,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .report_cli import add_arguments
 
     add_arguments(sub.add_parser("report", help=cmd_report.__doc__))
+    from . import compare_cli
+
+    compare_cli.add_arguments(sub.add_parser("compare", help=cmd_compare.__doc__))
     return parser
 
 
@@ -193,15 +207,18 @@ def _add_diff(sub: Any) -> None:
     diff = sub.add_parser("diff", help=cmd_diff.__doc__)
     diff.add_argument("script", help="the Python script to run")
     diff.add_argument("script_args", nargs="*", help="arguments for the script (after --)")
-    diff.add_argument("--backend", default="inductor",
-                      help="backend to diff: a name (default: inductor) or module:attribute")
-    diff.add_argument("--mode", default=None, help="torch.compile mode for the backend")
+    diff.add_argument("--backend", default=None,
+                      help="backend to diff: a name or module:attribute (default: the one each torch.compile call "
+                           "names, with its mode and options; inductor when it names none)")
+    diff.add_argument("--mode", default=None, help="torch.compile mode for the backend (default: the script's)")
     diff.add_argument("--training", action="store_true", help="also diff gradients of every graph")
     diff.add_argument("--repro", metavar="DIR", help="write a runnable repro of the first divergence to DIR")
     diff.add_argument("--json", metavar="FILE", help="write the report as JSON")
     diff.add_argument("--html", metavar="FILE", help="write the report as a self-contained HTML page")
     diff.add_argument("--calls", type=int, default=1, help="diff the first N calls of each graph (default: 1)")
     diff.add_argument("--no-ladder", action="store_true", help="skip the backends ladder")
+    diff.add_argument("--no-root-cause", action="store_true",
+                      help="skip the ablations that name the compiler subsystem behind the first divergence")
 
 
 VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
@@ -213,6 +230,7 @@ VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "vscode": cmd_vscode,
     "diff": cmd_diff,
     "report": cmd_report,
+    "compare": cmd_compare,
 }
 
 

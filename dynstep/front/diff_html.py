@@ -30,6 +30,7 @@ def _f(v: float) -> str:
 def _row(d: NodeDiff, first: str | None) -> str:
     cls = "first" if d.node == first and d.kind != "grad" else ("div" if d.diverged else "")
     verdict = ("DIVERGES" if d.diverged else "ok") + (" (own)" if d.own else "") + \
+        (f" ({d.verdict})" if d.diverged and d.verdict and d.verdict != "compiled worse" else "") + \
         (f" [{d.kind}]" if d.kind != "value" else "")
     plain = [str(d.order), d.node, d.target, d.module or "-"]
     rest = ["\u00d7".join(map(str, d.shape)), d.dtype, _f(d.error), _f(d.ref_error), _f(d.ratio),
@@ -49,6 +50,14 @@ def _graph(g: GraphDiff) -> str:
     if g.first_divergence is not None:
         parts.append(f"<p><b>First divergence:</b> {html.escape(g.first_divergence.where)} "
                      f"<code>{html.escape(g.first_divergence.source_text)}</code></p>")
+    if g.first_divergence is not None and g.first_divergence.verdict:
+        parts.append(f"<p><b>Verdict against float64:</b> {html.escape(g.first_divergence.verdict)}</p>")
+    if g.root_cause is not None:
+        tried = "".join(f"<li>{html.escape(a.name)}{' &mdash; <b>fixed</b>' if a.fixed else ''}</li>"
+                        for a in g.root_cause.ablations)
+        parts.append(f"<p><b>Root cause:</b> {html.escape(g.root_cause.sentence)} "
+                     f"({g.root_cause.compiles} compile(s) of a {g.root_cause.subgraph_nodes}-node subgraph)</p>"
+                     f"<details><summary>ablations tried</summary><ul>{tried}</ul></details>")
     if g.grad_divergence is not None:
         parts.append(f"<p><b>First divergent gradient belongs to:</b> {html.escape(g.grad_divergence.where)}</p>")
     for o in (g.nan_eager, g.nan_compiled):

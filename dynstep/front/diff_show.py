@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..eagerdiff.report import DiffReport, GraphDiff, NanOrigin, NodeDiff
+from ..eagerdiff.report import DiffReport, GraphDiff, NanOrigin, NodeDiff, RootCause
 
 
 def _f(v: float) -> str:
@@ -39,12 +39,20 @@ def node_table(g: GraphDiff) -> Table:
 
 def _row(d: NodeDiff) -> list[str]:
     verdict = "DIVERGES" if d.diverged else "ok"
+    if d.diverged and d.verdict and d.verdict != "compiled worse":
+        verdict += f" ({d.verdict})"
     if d.own is True:
         verdict += " (own)"
     if d.kind != "value":
         verdict += f" [{d.kind}]"
     return [str(d.order), d.node, d.module or "-", d.source or "-", _f(d.error), _f(d.ref_error),
             _f(d.ratio), _f(d.max_abs), f"{d.cosine:.4f}", verdict]
+
+
+def _root_cause(c: RootCause) -> str:
+    tried = ", ".join(f"{a.name}{' (fixed)' if a.fixed else ''}" for a in c.ablations)
+    return (f"[bold]root cause[/]: {c.sentence}\n    {c.compiles} compile(s) of a {c.subgraph_nodes}-node subgraph in "
+            f"{c.seconds:.1f}s; tried: {tried}")
 
 
 def _nan_line(o: NanOrigin) -> str:
@@ -59,7 +67,10 @@ def show(report: DiffReport, console: Console | None = None) -> None:
         console.print(node_table(g))
         if g.first_divergence is not None:
             d = g.first_divergence
-            console.print(f"[bold red]first divergence[/]: {d.where}\n    {d.source_text}")
+            verdict = f"\n    verdict against float64: {d.verdict}" if d.verdict else ""
+            console.print(f"[bold red]first divergence[/]: {d.where}\n    {d.source_text}{verdict}")
+        if g.root_cause is not None:
+            console.print(_root_cause(g.root_cause))
         for o in (g.nan_eager, g.nan_compiled):
             if o is not None:
                 console.print(_nan_line(o))
@@ -75,19 +86,33 @@ def show(report: DiffReport, console: Console | None = None) -> None:
     console.print(report.summary(), style="green" if report.ok else "bold red")
 
 
+class _Bar:
+    """The callback the engine ticks: shows the bar while a graph is diffed; `done()` takes it off the
+    screen until the next tick (the program may print, or show its own bar, in between)."""
+
+    def __init__(self, bar: Progress) -> None:
+        self.bar, self.task = bar, bar.add_task("", total=1)
+
+    def __call__(self, what: str, step: int, total: int) -> None:
+        if not self.bar.live.is_started:
+            self.bar.start()
+        self.bar.update(self.task, description=what, completed=step, total=total)
+
+    def done(self) -> None:
+        if self.bar.live.is_started:
+            self.bar.stop()
+
+
 @contextlib.contextmanager
 def progress_bar(console: Console | None = None) -> Iterator[Callable[[str, int, int], None]]:
     """A rich progress bar, and the callback to hand to `dynstep.diff(progress=...)`."""
-    bar = Progress(TextColumn("[bold]diff[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                   TextColumn("{task.description}"), TimeElapsedColumn(),
-                   console=console or Console(stderr=True), transient=True)
-    task = bar.add_task("", total=1)
-
-    def update(what: str, step: int, total: int) -> None:
-        bar.update(task, description=what, completed=step, total=total)
-
-    with bar:
-        yield update
+    bar = _Bar(Progress(TextColumn("[bold]diff[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                        TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=console or Console(stderr=True), transient=True))
+    try:
+        yield bar
+    finally:
+        bar.done()
 
 
 def print_any(value: Any, console: Console | None = None) -> None:

@@ -36,6 +36,7 @@ import torch
 from ..core.errors import StorageError
 from ..core.records import STAT_FIELDS, Snapshot, Stats
 from ..graph.filter import filter_records
+from ..graph.identity import fill_identities
 from ..jobs.paths import rank_dirs, rank_others
 from ..report.compile_log import Entry
 from ..report.records import CompileEvent, GraphPlan, RunInfo, from_json
@@ -147,6 +148,7 @@ def _load_one(path: Path, tensors: bool) -> Recording:
         if not tensors and meta.get("tensor") is not None:   # checked by _snapshot: a plain chunk name
             lazy[snaps[-1].hit] = functools.partial(chunks.fetch, meta["tensor"])
     chunks.report()
+    snaps = fill_identities(snaps)   # hits recorded before identities existed get one from their fields
     run = _run(path / "run.json", problems)
     compile = tuple(_compile(path / "compile.jsonl", problems))
     if problems:
@@ -257,6 +259,7 @@ def _snapshot(meta: Any, chunks: "_Chunks") -> Snapshot:
     for name, default in (("site", -1), ("seq", 0), ("rank", 0), ("world_size", 1)):
         values[name] = _field(meta, name, int, default)
     values["source_text"] = _field(meta, "source_text", str, "")
+    values["identity"] = _field(meta, "identity", str, "")   # older recordings: filled in by _load_one
     values["tensor"] = chunks.tensor(meta.get("tensor"))
     return Snapshot(**values)
 
