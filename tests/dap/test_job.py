@@ -1,4 +1,4 @@
-"""The job's debug adapter (remote/job.py) in one process: two real DapServers stand in for the ranks'
+"""The job's debug adapter (dap/job.py) in one process: two real DapServers stand in for the ranks'
 servers, a validating client attaches to the adapter. The full job (torchrun, two ranks stopping at
 once) is tests/jobs/test_jobs.py::test_one_debug_adapter_for_the_job_with_a_thread_per_rank."""
 
@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from dynstep.remote import job as job_mod
-from dynstep.remote.job import JobAdapter
-from dynstep.remote.jobids import JobIds
-from dynstep.remote.server import DapServer
+from dynstep.dap import job as job_mod
+from dynstep.dap.job import JobAdapter
+from dynstep.dap.jobids import JobIds
+from dynstep.dap.server import DapServer
 
 from .dap import Client
 
@@ -201,7 +201,7 @@ def test_the_client_keeps_its_own_breakpoint_ids_whatever_each_rank_numbers(monk
 def test_a_rank_that_stops_reading_is_dropped_not_waited_for():
     """A send to a peer that never reads fails after the send timeout (the job's adapter drops that rank)
     instead of blocking the adapter, which holds its lock while it sends."""
-    from dynstep.remote.client import DapClient
+    from dynstep.dap.client import DapClient
 
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = DapClient("127.0.0.1", listener.getsockname()[1], send_timeout=0.3)

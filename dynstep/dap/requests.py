@@ -254,7 +254,7 @@ class SessionRequests:
 
 def process_body() -> dict[str, Any]:
     """The `process` event: this program; in a distributed job also its rank (`dynstepRank`,
-    `dynstepWorldSize`: how a job adapter, remote/job.py, names this rank's threads)."""
+    `dynstepWorldSize`: how a job adapter, dap/job.py, names this rank's threads)."""
     body: dict[str, Any] = {"name": os.path.basename(sys.argv[0] or "python"), "systemProcessId": os.getpid(),
                             "isLocalProcess": True, "startMethod": "attach"}
     ident = identity.current()
