@@ -1,12 +1,9 @@
-"""The DAP server inside the debugged process: connections, dispatch, and holding a stopped thread.
+"""The DAP server inside the debugged process: dispatch, and holding a stopped program thread.
 
-Threads (each marked for debugpy as not-to-trace, `protocol.mark_service_thread`):
+It is an `Endpoint` (endpoint.py: the accept and reader threads, the session's order, the token,
+one client at a time) that answers the session requests itself (requests.py) and hands stop requests
+(stackTrace, variables, evaluate, setVariable, continue, ...) to the stopped program thread:
 
-    accept    one per server: one client at a time; a second one is told why and closed
-    reader    one per client: reads frames, answers session requests itself (requests.py) and
-              hands stop requests (stackTrace, variables, evaluate, setVariable, continue, ...) to
-              the stopped program thread
-    writer    one per client: the only one writing to the socket (protocol.Connection)
     program   the debuggee: at a stop `hold(view)` sends `stopped`, then answers its inbox on the
               program thread (torch's thread-local state lives there) until a resume request
 
@@ -26,25 +23,18 @@ gets `exited` (under `dynstep run`) and `terminated`; so does a `disconnect` tha
 from __future__ import annotations
 
 import queue
-import socket
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..core.events import Warning_, emit
 from ..step.graphs import GRAPHS
-from .protocol import (ANSWERED, FRAME_TIMEOUT_S, BadRequest, Connection, DapError, ProtocolError, notify,
-                       parse_request, refuse, reply, start_thread)
-from .requests import SessionRequests, require_token
+from .endpoint import Endpoint
+from .protocol import ANSWERED, FRAME_TIMEOUT_S, Connection, DapError
+from .requests import HANDLERS, SessionRequests, process_body
 
-SESSION_COMMANDS = frozenset({"initialize", "attach", "launch", "setBreakpoints", "setFunctionBreakpoints",
-                              "setExceptionBreakpoints", "configurationDone", "threads", "pause", "source",
-                              "loadedSources", "terminate", "disconnect"})
 STOP_COMMANDS = frozenset({"stackTrace", "scopes", "variables", "evaluate", "setVariable", "setExpression",
                            "exceptionInfo", "disassemble", "continue", "next", "stepIn", "stepOut"})
 RESUME = frozenset({"continue", "next", "stepIn", "stepOut"})
-TERMINATE_WAIT_S = 10.0     # how long a `disconnect` that ended the program waits for it to end
 
 
 class Held:
@@ -55,19 +45,16 @@ class Held:
         self.inbox: queue.Queue[tuple[str, dict[str, Any], dict[str, Any]] | None] = queue.Queue()
 
 
-class DapServer(SessionRequests):
+class DapServer(SessionRequests, Endpoint):
+    COMMANDS = frozenset({"initialize", "attach", "launch", "disconnect", *HANDLERS}) | STOP_COMMANDS
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None,
                  frame_timeout: float = FRAME_TIMEOUT_S, on_terminate: Callable[[], None] | None = None) -> None:
-        require_token(host, token)
-        self.token, self.frame_timeout, self.on_terminate = token, frame_timeout, on_terminate
-        self.listener = socket.create_server((host, port))
-        self.host, self.port = self.listener.getsockname()[:2]
-        self.lock = threading.RLock()
-        self.conn: Connection | None = None
+        super().__init__(host, port, token=token, frame_timeout=frame_timeout)
+        self.on_terminate = on_terminate
         self.held: Held | None = None
-        self.disconnected = threading.Event()
         self.init_session()
-        self.accept_thread = start_thread(self._accept_loop, "dynstep-dap-accept")
+        self.serve()
 
     # -- program side -----------------------------------------------------------------------------
 
@@ -86,7 +73,7 @@ class DapServer(SessionRequests):
             if conn is None or not self.attached():
                 return "continue", {}
             self.held = held
-        view.paging = self.client_paging
+        view.paging = self.session.client_paging
         self.event("stopped", stopped, conn)
         action: tuple[str, dict[str, Any]] = ("continue", {})
         untraced = _untrace_for_debugpy()
@@ -106,10 +93,10 @@ class DapServer(SessionRequests):
         return action
 
     def _answer_here(self, conn: Connection, req: dict[str, Any], work: Callable[[], Any]) -> None:
-        """`_answer` on the program thread: an expression that ends the program (exit(), a
+        """`answer` on the program thread: an expression that ends the program (exit(), a
         KeyboardInterrupt) is answered first, then ends it (the client gets `exited` and `terminated`)."""
         try:
-            self._answer(conn, req, work)
+            self.answer(conn, req, work)
         except (SystemExit, KeyboardInterrupt) as exc:
             code = exc.code if isinstance(exc, SystemExit) else None
             what = f"exit({code!r})" if isinstance(exc, SystemExit) else "KeyboardInterrupt"
@@ -134,7 +121,7 @@ class DapServer(SessionRequests):
 
     def output(self, text: str, category: str = "console", **extra: Any) -> None:
         conn = self.conn
-        if conn is not None and self.state in ("attached", "configured"):
+        if conn is not None and self.session.attached:
             self.event("output", {"category": category, "output": text if text.endswith("\n") else text + "\n",
                                   **extra}, conn)
 
@@ -142,102 +129,43 @@ class DapServer(SessionRequests):
         """The program is about to end: `exited` with its exit code (when known), `terminated`, then close."""
         with self.lock:
             self.exited = True
-            conn = self.conn if self.state in ("attached", "configured") else None
+            conn = self.conn if self.session.attached else None
         if conn is not None:
             if exit_code is not None:
                 self.event("exited", {"exitCode": int(exit_code)}, conn)
             self.event("terminated", {}, conn)
         self.ended.set()
-        if conn is not None and not self.leaving:    # a client that asked to disconnect is not waited for
+        if conn is not None and not self.session.leaving:    # a client that asked to disconnect is not waited for
             self.disconnected.wait(linger)
         self.close()
 
     def close(self) -> None:
-        try:
-            self.listener.close()
-        except OSError:
-            pass
-        with self.lock:
-            conn = self.conn
-        if conn is not None:
-            conn.flush_and_close(timeout=1.0)
-            self._client_gone(conn)
+        super().close()
         self.breakpoints.close()
         GRAPHS.unlisten(self._compiled_here)
 
-    # -- server threads ----------------------------------------------------------------------------
+    # -- the endpoint's hooks (reader thread) -------------------------------------------------------
 
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return                                    # the listener was closed
-            with self.lock:
-                busy = self.conn is not None
-            if busy and self.disconnected.wait(2.0):
-                busy = False                              # the last client was just leaving
-            conn = Connection(sock, self.frame_timeout)
-            if busy:
-                self.event("output", {"category": "important", "output": "dynstep: another debug client is "
-                                      "attached to this process; only one at a time\n"}, conn)
-                conn.flush_and_close()
-                continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self.lock:
-                self.conn = conn
-                self.reset_session()
-                self.disconnected.clear()
-            start_thread(self._read_loop, "dynstep-dap-reader", conn)
+    def on_attach(self, conn: Connection, req: dict[str, Any]) -> Any:
+        self.respond(conn, req)
+        self.event("initialized", None, conn)
+        self.event("process", process_body(), conn)
+        return ANSWERED
 
-    def _read_loop(self, conn: Connection) -> None:
-        try:
-            for body in conn.bodies(lambda exc: self._broken(conn, exc)):
-                self._dispatch(conn, body)
-        finally:
-            self._client_gone(conn)
-            conn.close()
+    def request(self, conn: Connection, req: dict[str, Any], command: str, args: dict[str, Any]) -> Any:
+        if command in STOP_COMMANDS:
+            return self._to_program(req, command, args)
+        return HANDLERS[command](self, conn, req, args)
 
-    def _broken(self, conn: Connection, exc: Exception) -> None:
-        emit(Warning_(f"debug adapter: closing the client's connection: {exc}"))
-        if isinstance(exc, ProtocolError):
-            refuse(conn, {"seq": 0, "command": ""}, f"a frame that cannot be read ({exc})")
-
-    def _client_gone(self, conn: Connection) -> None:
-        """Forget the client: its breakpoints go, a thread it held runs on."""
+    def _client_gone(self, conn: Connection) -> bool:
+        """Forget the client: its breakpoints go (new_session), a thread it held runs on."""
         with self.lock:
-            if self.conn is not conn:
-                return
-            self.conn = None
-            self.reset_session()
-            if self.held is not None:
+            gone = super()._client_gone(conn)
+            if gone and self.held is not None:
                 self.held.inbox.put(None)
-            self.disconnected.set()
-
-    def drop(self, conn: Connection) -> None:
-        self._client_gone(conn)
-        conn.flush_and_close()
-
-    # -- dispatch (reader thread) -------------------------------------------------------------------
-
-    def _dispatch(self, conn: Connection, body: bytes) -> None:
-        try:
-            req, command, args = parse_request(body)
-        except BadRequest as exc:
-            if exc.fatal:
-                return self._unanswerable(conn, exc.req, str(exc))
-            return self.respond(conn, exc.req, error=str(exc))
-        if command in SESSION_COMMANDS:
-            self._answer(conn, req, lambda: self.session_request(conn, req, command, args))
-            if command == "disconnect":
-                self._leave(conn)
-        elif command in STOP_COMMANDS:
-            self._answer(conn, req, lambda: self._to_program(req, command, args))
-        else:
-            self.respond(conn, req, error=f"unsupported request {command!r}")
+        return gone
 
     def _to_program(self, req: dict[str, Any], command: str, args: dict[str, Any]) -> Any:
-        self.check_order(command)
         with self.lock:
             held = self.held
             if held is None:
@@ -247,40 +175,6 @@ class DapServer(SessionRequests):
                 raise DapError(f"thread {tid!r} is not stopped (thread {held.thread_id} is)")
             held.inbox.put((command, req, args))
         return ANSWERED
-
-    def _answer(self, conn: Connection, req: dict[str, Any], work: Callable[[], Any]) -> None:
-        """Run a handler; its body, or any failure as an error response (never a dead thread)."""
-        try:
-            body = work()
-        except DapError as exc:
-            return self.respond(conn, req, error=str(exc))
-        except Exception as exc:
-            return self.respond(conn, req, error=f"{type(exc).__name__}: {exc}")
-        if body is not ANSWERED:
-            self.respond(conn, req, body)
-
-    def _unanswerable(self, conn: Connection, req: dict[str, Any], why: str) -> None:
-        emit(Warning_(f"debug adapter: the client sent {why}; closing its connection"))
-        refuse(conn, req, why)
-        self._client_gone(conn)
-
-    def _leave(self, conn: Connection) -> None:
-        """After `disconnect`: a program it terminated is waited for (bounded), so the client hears
-        `exited` and `terminated` before the connection closes; otherwise the client is dropped now."""
-        if self.leaving and self.terminating and not self.exited:
-            if not self.ended.wait(TERMINATE_WAIT_S):
-                self.event("output", {"category": "important", "output": f"dynstep: the program has not ended "
-                                      f"{TERMINATE_WAIT_S:.0f} s after the client terminated it\n"}, conn)
-                self.event("terminated", {}, conn)
-        self.drop(conn)
-
-    def respond(self, conn: Connection, req: dict[str, Any], body: Any = None, *, error: str | None = None) -> None:
-        reply(conn, req, body, error=error)
-
-    def event(self, name: str, body: dict[str, Any] | None = None, conn: Connection | None = None) -> None:
-        conn = conn or self.conn
-        if conn is not None and (problem := notify(conn, name, body)):
-            emit(Warning_(f"debug adapter: dropped an event {name!r} that could not be encoded: {problem}"))
 
 
 def _next(inbox: queue.Queue, idle: Callable[[], None] | None) -> Any:

@@ -87,7 +87,7 @@ def dap_options(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
 
     from ..core.errors import OptionsError
     from ..dap.api import parse_address
-    from ..dap.requests import is_loopback
+    from ..dap.session import is_loopback
 
     address = args.dap or os.environ.get("DYNSTEP_DAP", "").strip() or None
     if address is None:

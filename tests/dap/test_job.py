@@ -215,3 +215,25 @@ def test_a_rank_that_stops_reading_is_dropped_not_waited_for():
         finally:
             client.close()
             peer.close()
+
+
+def _bad_dap():
+    from ..test_hostile import BAD_DAP
+
+    return BAD_DAP
+
+
+@pytest.mark.parametrize("messages,words", _bad_dap(), ids=[str(m[-1])[:70] for m, _ in _bad_dap()])
+def test_the_jobs_adapter_answers_a_session_out_of_order_as_the_server_does(messages, words):
+    """The job's adapter is the server's endpoint (dap/endpoint.py, dap/session.py): before attach, a wrong
+    token, launch, a disconnect that would end the job and malformed messages get the server's answers
+    (tests/test_hostile.py::test_bad_dap_messages_before_attach sends the same to a server)."""
+    from .test_reliability import _ask
+
+    adapter = JobAdapter("127.0.0.1", 0, [], token="s3cret")
+    try:
+        answers = _ask(adapter.port, messages)
+        assert answers and not answers[-1]["success"] and words in answers[-1]["message"], answers
+        assert not adapter.terminating and not adapter.session.attached
+    finally:
+        adapter.close()
