@@ -67,7 +67,7 @@ def checked(opts: Options) -> Options:
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
     if os.environ.get("DYNSTEP_DAP"):   # serve the Debug Adapter Protocol from the first compile on
-        from dynstep.remote.api import serve_from_env
+        from dynstep.dap.api import serve_from_env
 
         serve_from_env()
     if opts.diff:

@@ -11,7 +11,7 @@ Importing dynstep is cheap: it imports neither Inductor nor rich; heavy modules 
 Layout (one room per capability; docs/architecture.md has the data path and the rules):
 core (vocabulary), graph (reading graphs, selectors), ops (op schemas, native loader), probe
 (run-time probes, sessions, recordings), step (stepper, breakpoints), bytecode (the bytecode
-stepper), eagerdiff (the diff engine), crossrun (two recorded runs compared node by node), remote
+stepper), eagerdiff (the diff engine), crossrun (two recorded runs compared node by node), dap
 (the Debug Adapter Protocol server), mixed (from a paused node into its native kernel: `native`,
 `dynstep gdb`), front (every front end, the composition root), and
 `dynstep.backends` (superstep and its graph passes; the top-level `backends/` folder).
@@ -53,7 +53,7 @@ _LAZY = {
     "breakpoint": "dynstep.step.breakpoints", "configure": "dynstep.step.bp_stops",
     "step_bytecode": "dynstep.bytecode",
     "diff": "dynstep.eagerdiff", "DiffReport": "dynstep.eagerdiff", "NodeDiff": "dynstep.eagerdiff",
-    "serve_dap": "dynstep.remote.api",
+    "serve_dap": "dynstep.dap.api",
     "compare": "dynstep.crossrun", "Comparison": "dynstep.crossrun",
 }
 
@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     from .probe.rings import record_memory, set_record_memory_cap
     from .probe.sessions import Session, default_session, session
     from .probe.recording import Recording, load
-    from .remote.api import serve_dap
+    from .dap.api import serve_dap
     from .step.bp_stops import configure
     from .step.breakpoints import breakpoint
 

@@ -5,7 +5,7 @@ Kinds: superstep options (through torch.compile and dynstep.superstep), selector
 variables, session arguments, TensorProbe arguments, commands at a stop, recordings, CLI calls, and
 (issue 26) every DYNSTEP_* variable's range, CheckAction's arguments, recordings with links, FIFOs and
 a missing index, and DAP messages a careless or hostile client sends. Tests named test_26_NN pin item
-NN of issue 26; the DAP server's own are in tests/remote/test_reliability.py.
+NN of issue 26; the DAP server's own are in tests/dap/test_reliability.py.
 """
 
 from __future__ import annotations
@@ -513,9 +513,9 @@ BAD_DAP = [   # (messages on one connection to a token-protected server, words i
 
 @pytest.mark.parametrize("messages,words", BAD_DAP, ids=[str(m[-1])[:70] for m, _ in BAD_DAP])
 def test_bad_dap_messages_before_attach(messages, words):
-    from dynstep.remote.server import DapServer
+    from dynstep.dap.server import DapServer
 
-    from .remote.test_reliability import _ask
+    from .dap.test_reliability import _ask
 
     server = DapServer("127.0.0.1", 0, token="s3cret")
     try:

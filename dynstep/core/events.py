@@ -1,18 +1,24 @@
 """Typed events the engine emits, and the sink that shows them.
 
 The engine never prints: it calls `emit(event)`. Inside `use_sink(...)` events go to that sink
-(tests, an editor session); otherwise to the default sink the composition root installed
-(`dynstep.core.wiring`: the terminal front end, `dynstep.front.console`).
+(tests, a DAP console's command answer, an editor session); otherwise to the one default sink the
+composition root installed (`dynstep.core.wiring`: the terminal front end, `dynstep.front.console`).
 
     with use_sink(events_list.append):
         ...
+
+A `use_sink` holds for the code that runs in its context (a `contextvars` scope, as sessions are:
+dynstep.probe.sessions): the thread that entered it and tasks that copy its context. Events of
+other threads (another thread's probe prints, the DAP reader thread's warnings) go to their own
+sink, or to the default one; two threads capturing at once each get only their own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from . import wiring
@@ -139,12 +145,12 @@ class CompileViewShown:
     view: CompileView
 
 
-Sink = Callable[[object], None]
-_sink: Sink | None = None
+Sink = wiring.Sink
+_scoped: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("dynstep_sink", default=None)
 
 
 def emit(event: object) -> None:
-    sink = _sink
+    sink = _scoped.get()
     if sink is None:
         sink = wiring.default_sink()
     sink(event)
@@ -152,9 +158,13 @@ def emit(event: object) -> None:
 
 @contextlib.contextmanager
 def use_sink(sink: Sink) -> Iterator[None]:
-    global _sink
-    previous, _sink = _sink, sink
+    """Events emitted in this context go to `sink` until the block ends."""
+    token = _scoped.set(sink)
     try:
         yield
     finally:
-        _sink = previous
+        try:
+            _scoped.reset(token)
+        except ValueError:   # left in another context than it was entered in: put back what it found
+            previous = token.old_value
+            _scoped.set(None if previous is contextvars.Token.MISSING else previous)

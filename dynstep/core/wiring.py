@@ -20,10 +20,7 @@ import logging
 import threading
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from ..step.stepper import Stepper, Stop
+from typing import Any, Protocol
 
 log = logging.getLogger("dynstep")
 
@@ -34,12 +31,16 @@ Sink = Callable[[object], None]
 class Frontend(Protocol):
     """Answers a stop: shows it and feeds command lines to `stepper.execute` until one resumes.
 
+    `stepper` is dynstep.step.stepper.Stepper (or the bytecode stepper) and `stop` its `Stop`; core
+    sits below them and names neither, not even for type checkers (tests/core/test_layout.py counts
+    imports under TYPE_CHECKING as edges too).
+
     Optional: `read(prompt) -> str | None` (one command line: the compile-time stop of
     dynstep.breakpoint() reads its commands through it), or `compile_stop(stop, fake_locals)` (a
     front end that answers that stop its own way, e.g. a debugger frame holding the fake locals).
     """
 
-    def run(self, stepper: "Stepper", stop: "Stop | None") -> None: ...
+    def run(self, stepper: Any, stop: Any) -> None: ...
 
 
 class LineReader(Protocol):
@@ -52,7 +53,7 @@ FrontendFactory = Callable[[str | None, str | None], "Frontend | None"]
 
 _lock = threading.RLock()
 _loaded = False
-_sink: Sink | None = None
+_sink: Sink | None = None            # the one default sink (core.events.use_sink scopes others per context)
 _factory: FrontendFactory | None = None
 _renderers: dict[str, Callable[..., Any]] = {}
 _coordinators: Callable[[Any], Any] | None = None

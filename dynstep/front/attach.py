@@ -1,6 +1,6 @@
 """`dynstep attach HOST:PORT`: the terminal REPL, driving a process served with `dynstep run --dap`.
 
-It is a DAP client of the same server VS Code attaches to (`dynstep.remote.client`), so one
+It is a DAP client of the same server VS Code attaches to (`dynstep.dap.client`), so one
 protocol serves both. At a stop it shows what the local REPL shows and takes the same commands:
 
     c / continue     continue            s / step     the next node (DAP next)
@@ -25,8 +25,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from ..remote.api import parse_address
-from ..remote.client import ClientError, DapClient
+from ..dap.api import parse_address
+from ..dap.client import ClientError, DapClient
 
 PROMPT = "(dynstep) "
 RESUME = {"c": "continue", "cont": "continue", "continue": "continue", "s": "next", "step": "next",

@@ -86,8 +86,8 @@ def dap_options(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
     import secrets
 
     from ..core.errors import OptionsError
-    from ..remote.api import parse_address
-    from ..remote.requests import is_loopback
+    from ..dap.api import parse_address
+    from ..dap.session import is_loopback
 
     address = args.dap or os.environ.get("DYNSTEP_DAP", "").strip() or None
     if address is None:

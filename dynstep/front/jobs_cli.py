@@ -61,7 +61,7 @@ def worker_flags(args: argparse.Namespace) -> list[str]:
 def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any],
            dap: Mapping[str, Any] | None = None, flags: Sequence[str] = ()) -> int:
     """Run torchrun here, its workers through `dynstep run`, the options in their environment
-    (with --dap PORT the job's debug adapter listens on PORT, one thread per rank: remote/job.py)."""
+    (with --dap PORT the job's debug adapter listens on PORT, one thread per rank: dap/job.py)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
@@ -94,13 +94,13 @@ def launch(target: str, script_args: Sequence[str], overrides: Mapping[str, Any]
 
 
 def _serve_job(dap: Mapping[str, Any], nproc_per_node: str) -> tuple[Any, str]:
-    """The job's debug adapter on PORT (one thread per rank, remote/job.py); the worker with local rank i
+    """The job's debug adapter on PORT (one thread per rank, dap/job.py); the worker with local rank i
     serves its own on 127.0.0.1:PORT+1+i (DYNSTEP_DAP in its environment)."""
     from torch.distributed.run import determine_local_world_size
 
     from ..core.errors import OptionsError
-    from ..remote.api import parse_address
-    from ..remote.job import JobAdapter
+    from ..dap.api import parse_address
+    from ..dap.job import JobAdapter
 
     try:
         host, port = parse_address(dap["address"])

@@ -190,7 +190,7 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
             return code
     finally:
         if dap is not None:
-            from ..remote.api import stop_serving
+            from ..dap.api import stop_serving
 
             stop_serving(code)
 
@@ -207,7 +207,7 @@ def _bytecode_stepper_runs() -> bool:
 
 def _serve(dap: Mapping[str, Any]) -> bool:
     """Start the DAP server (and wait for a client with --wait); False, said why, when it cannot."""
-    from ..remote.api import serve_dap
+    from ..dap.api import serve_dap
 
     try:
         serve_dap(dap["address"], token=dap.get("token"), wait=bool(dap.get("wait")))

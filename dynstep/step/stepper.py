@@ -13,7 +13,7 @@ next stop point of any graph), ``next`` (stop at the next pause site of the curr
 the first stop point of another graph), ``out`` (stop at the first stop point of the next graph
 call: another graph, or this one called again).
 
-Hooks for front ends that do not own the terminal (an editor through `dynstep.remote`):
+Hooks for front ends that do not own the terminal (an editor through `dynstep.dap`):
 `interrupt()` stops at the next stop point (reason "interrupt"), `set_breaks(owner, ids)` adds
 breakpoints kept apart from the REPL's `break`, `stop_points = True` asks superstep for stop
 points in every graph compiled from then on, and a front end with a `decide(stepper, stop)`

@@ -176,7 +176,7 @@ def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
     sees rank 0 and rank 1 as threads; both stop at the pause at once, each is asked and answered on its own
     thread (`ranks`, `p@0` and `set` on rank 1), both continue; the job ends with `exited` 0 and the losses
     equal eager with rank 1's change. Every message is checked against the protocol's schema."""
-    from ..remote.dap import Client
+    from ..dap.dap import Client
 
     port = _free_port_run(3)
     proc = _dap_job(port, tmp_path)

@@ -1,4 +1,4 @@
-// A torchrun job's debug adapter (dynstep/remote/job.py), driven by Microsoft's DebugClient: two CPU ranks
+// A torchrun job's debug adapter (dynstep/dap/job.py), driven by Microsoft's DebugClient: two CPU ranks
 // (gloo) of tests/jobs/job.py under `dynstep run --dap PORT --wait --ranks all -m torch.distributed.run`; one
 // session, one thread per rank, both ranks stopped at once and each inspected, changed and continued.
 'use strict';

@@ -1,8 +1,8 @@
-// The DAP session of tests/remote/test_sequence.py, driven by a client nobody here wrote: Microsoft's
+// The DAP session of tests/dap/test_sequence.py, driven by a client nobody here wrote: Microsoft's
 // DebugClient (@vscode/debugadapter-testsupport), against `dynstep run --dap 0 --wait` on a transformer
 // block compiled by Inductor on CPU.
 //   npm ci && PYTHON=/path/to/venv/python node --test --test-concurrency=1 --test-timeout=300000 test/
-// tests/remote/test_node_client.py runs it (and skips when node, npm or node_modules are missing).
+// tests/dap/test_node_client.py runs it (and skips when node, npm or node_modules are missing).
 'use strict';
 const { describe, it } = require('node:test');
 const assert = require('assert');
@@ -12,7 +12,7 @@ const { DebugClient } = require('@vscode/debugadapter-testsupport');
 
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 const PYTHON = process.env.PYTHON || 'python3';
-const MODEL = path.join(ROOT, 'tests', 'remote', 'block_model.py');
+const MODEL = path.join(ROOT, 'tests', 'dap', 'block_model.py');
 const LN_LINE = 30, ATTN_LINE = 36, X_LINE = 37;
 
 // Start the debuggee; resolve with {proc, port, exit} once its server listens.

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 import dynstep
-from dynstep.remote import protocol
-from dynstep.remote.api import serve_dap, stop_serving
-from dynstep.remote.job import JobAdapter
-from dynstep.remote.server import DapServer
+from dynstep.dap import protocol
+from dynstep.dap.api import serve_dap, stop_serving
+from dynstep.dap.job import JobAdapter
+from dynstep.dap.server import DapServer
 
 from .dap import MODEL, SCHEMA, Client, start_program, validate
 from .test_protocol import _messages, frame, raw_exchange

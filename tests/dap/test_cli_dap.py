@@ -45,7 +45,7 @@ def test_off_loopback_a_token_is_made_up_and_printed_and_the_exit_code_is_kept(t
 
 @pytest.mark.parametrize("address", ["[::1]:5679", "localhost:5679", "5679"])
 def test_addresses(address):
-    from dynstep.remote.api import parse_address
+    from dynstep.dap.api import parse_address
 
     assert parse_address(address)[1] == 5679 and parse_address(address)[0] in ("::1", "localhost", "127.0.0.1")
 

@@ -1,17 +1,15 @@
 """The session requests the server answers on its reader thread (the program may be running).
 
-Order: initialize -> attach (with the token when one is required) -> configuration requests ->
-configurationDone (releases a program waiting for a client) -> anything. Before a successful
-attach nothing but `initialize` is served (`disconnect` included: a client that never attached
-cannot end the program). `launch` is refused: dynstep runs inside the program, clients attach to
-it. The handlers are a fixed table (`HANDLERS`), never looked up by the name a client sent.
+The session's order, the token, `initialize`, `launch`, `attach` and `disconnect` are the endpoint's
+(endpoint.py, session.py: the same for the job's adapter); these are the rest: breakpoints,
+exception filters, configurationDone (releases a program waiting for a client), threads, pause,
+sources, terminate. The handlers are a fixed table (`HANDLERS`), never looked up by the name a
+client sent.
 """
 
 from __future__ import annotations
 
 import _thread
-import hmac
-import ipaddress
 import os
 import sys
 import threading
@@ -23,81 +21,44 @@ from ..jobs import identity
 from ..step.graphs import GRAPHS
 from ..step.stepper import STEPPER
 from .breakpoints import Breakpoints
-from .protocol import ANSWERED, DapError
+from .protocol import DapError
+from .session import ClientSession
 from .sources import Sources
 
 if TYPE_CHECKING:
     from .protocol import Connection
 
-CAPABILITIES = {
-    "supportsConfigurationDoneRequest": True, "supportsFunctionBreakpoints": True,
-    "supportsConditionalBreakpoints": True, "supportsHitConditionalBreakpoints": True, "supportsLogPoints": True,
-    "supportsEvaluateForHovers": True, "supportsSetVariable": True, "supportsSetExpression": True,
-    "supportsExceptionInfoRequest": True, "supportsDelayedStackTraceLoading": True,
-    "supportsDisassembleRequest": True, "supportsSteppingGranularity": True,
-    "supportTerminateDebuggee": True, "supportsTerminateRequest": True, "supportsLoadedSourcesRequest": True,
-    "exceptionBreakpointFilters": [{"filter": "nan", "label": "NaN/Inf in a compiled graph", "default": True,
-                                    "description": "stop at the first node whose value is not finite "
-                                                   "(the run needs nan='stop': dynstep run --nan stop)"}],
-}
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def require_token(host: str, token: str | None) -> None:
-    """Listening beyond this machine needs a token (the process's server and a job's adapter alike)."""
-    if not is_loopback(host) and not token:
-        raise ValueError(f"dynstep: serving the debug adapter protocol on {host!r} (not a loopback address) "
-                         "needs a token (--dap-token, or let `dynstep run` generate one)")
-
-
-def token_matches(given: Any, token: str | None) -> bool:
-    """The client's token against the server's (none needed when the server has none), in constant time."""
-    return token is None or (isinstance(given, str) and
-                             hmac.compare_digest(given.encode("utf-8", "replace"), token.encode()))
-
 
 class SessionRequests:
-    """Mixed into `DapServer`: session state and the handlers of session requests."""
+    """Mixed into `DapServer` (an `Endpoint`): the server's own session state and the handlers of its
+    session requests."""
 
     lock: threading.RLock
-    token: str | None
+    session: ClientSession
     held: Any
+    ended: threading.Event
+    terminating: bool
     on_terminate: Callable[[], None] | None
-    respond: Callable[..., None]          # DapServer's: (conn, req, body=None, *, error=None)
-    event: Callable[..., None]            # DapServer's: (name, body=None, conn=None)
-    drop: Callable[["Connection"], None]
+    event: Callable[..., None]            # the endpoint's: (name, body=None, conn=None)
 
     def init_session(self) -> None:
         self.sources = Sources()
         self.breakpoints = Breakpoints(self._breakpoints_changed)
         self.configured = threading.Event()
-        self.ended = threading.Event()          # set once `exited`/`terminated` for the program's end are queued
         self.exited = False
-        self.terminating = False
         self.thread_ids: dict[int, tuple[int, str]] = {}
         GRAPHS.listen(self._compiled_here)   # a thread that compiles a graph runs compiled code
-        self.reset_session()
+        self.new_session()
 
     def _compiled_here(self, entry: object) -> None:
         self.thread_id()
-        if self.state in ("attached", "configured"):   # an editor's loaded-sources view gains the new listing
+        if self.session.attached:   # an editor's loaded-sources view gains the new listing
             source = self.sources.listing(getattr(entry, "graph_id", ""))
             if source is not None:
                 self.event("loadedSource", {"reason": "new", "source": source})
 
-    def reset_session(self) -> None:
-        self.state = "none"                    # none -> initialized -> attached -> configured
-        self.authenticated = self.token is None
-        self.leaving = False                   # the client sent an accepted `disconnect`
-        self.client_paging = False             # the client's initialize said supportsVariablePaging
+    def new_session(self) -> None:
+        """The endpoint's hook: a new client starts with no breakpoints and the default filters."""
         self.exception_filters = frozenset({"nan"})
         self.breakpoints.clear()
 
@@ -112,61 +73,11 @@ class SessionRequests:
             entry = self.thread_ids.setdefault(thread.ident or 0, (len(self.thread_ids) + 1, thread.name))
             return entry[0]
 
-    def check_order(self, command: str) -> None:
-        state = self.state
-        if command == "disconnect" and state in ("none", "initialized"):
-            raise DapError("disconnect: this client has not attached; nothing was done (the program runs on)")
-        if command == "initialize":
-            if state != "none":
-                raise DapError("initialize was already received")
-        elif state == "none":
-            raise DapError("initialize first")
-        elif command in ("attach", "launch"):
-            if state != "initialized":
-                raise DapError("attach was already received")
-        elif state == "initialized":
-            raise DapError("attach first")
-
-    def session_request(self, conn: "Connection", req: dict[str, Any], command: str, args: dict[str, Any]) -> Any:
-        self.check_order(command)
-        return HANDLERS[command](self, conn, req, args)
-
     def _breakpoints_changed(self, bodies: list[dict[str, Any]]) -> None:
         for body in bodies:
             self.event("breakpoint", {"reason": "changed", "breakpoint": body})
 
     # -- handlers ------------------------------------------------------------------------------------
-
-    def req_initialize(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
-        self._check_token(args, required=False)
-        with self.lock:
-            self.state = "initialized"
-            self.client_paging = args.get("supportsVariablePaging") is True
-        return CAPABILITIES
-
-    def req_launch(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
-        raise DapError("dynstep runs inside your program: start it with `dynstep run --dap PORT script.py` and use "
-                       "an attach configuration (\"request\": \"attach\")")
-
-    def req_attach(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
-        if not self._check_token(args, required=True):
-            self.respond(conn, req, error="attach refused: this dynstep server needs its token (the \"token\" "
-                         "attribute of the attach configuration, printed when the server started)")
-            self.drop(conn)
-            return ANSWERED
-        with self.lock:
-            self.state = "attached"
-        self.respond(conn, req)
-        self.event("initialized", None, conn)
-        self.event("process", process_body(), conn)
-        return ANSWERED
-
-    def _check_token(self, args: dict[str, Any], *, required: bool) -> bool:
-        if self.authenticated:
-            return True
-        if self.token is not None and token_matches(args.get("token"), self.token):
-            self.authenticated = True
-        return self.authenticated or not required
 
     def req_setBreakpoints(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
         source = args.get("source") if isinstance(args.get("source"), dict) else {}
@@ -197,7 +108,7 @@ class SessionRequests:
 
     def req_configurationDone(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
         with self.lock:
-            self.state = "configured"
+            self.session.configure()
         self.configured.set()
         return None
 
@@ -229,12 +140,6 @@ class SessionRequests:
         self.terminate()
         return None
 
-    def req_disconnect(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
-        self.leaving = True
-        if args.get("terminateDebuggee") is True and not self.exited:
-            self.terminate()
-        return None   # the response goes out, then the server drops the client: a held thread runs on
-
     def terminate(self) -> None:
         """End the program: at a stop it raises dynstep.Abort there; while it runs, KeyboardInterrupt."""
         with self.lock:
@@ -254,7 +159,7 @@ class SessionRequests:
 
 def process_body() -> dict[str, Any]:
     """The `process` event: this program; in a distributed job also its rank (`dynstepRank`,
-    `dynstepWorldSize`: how a job adapter, remote/job.py, names this rank's threads)."""
+    `dynstepWorldSize`: how a job adapter, dap/job.py, names this rank's threads)."""
     body: dict[str, Any] = {"name": os.path.basename(sys.argv[0] or "python"), "systemProcessId": os.getpid(),
                             "isLocalProcess": True, "startMethod": "attach"}
     ident = identity.current()

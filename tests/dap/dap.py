@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jsonschema
 
-from dynstep.remote.client import DapClient
+from dynstep.dap.client import DapClient
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

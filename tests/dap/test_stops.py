@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import dynstep
-from dynstep.remote.api import serve_dap, stop_serving
+from dynstep.dap.api import serve_dap, stop_serving
 
 from .dap import Client
 

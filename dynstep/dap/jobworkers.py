@@ -13,6 +13,7 @@ from typing import Any
 from .client import ClientError, DapClient
 from .jobids import JobIds, hits_to_client, learn, to_client
 from .protocol import Connection
+from .session import ClientSession
 
 CONFIG = frozenset({"setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints"})
 SEND_TIMEOUT_S = 5.0     # a rank that stops reading (SIGSTOP) is dropped, not waited for under the adapter's lock
@@ -39,9 +40,9 @@ class WorkerSide:
     workers: list[Worker]
     ids: JobIds
     token: str | None
-    client_paging: bool
+    session: ClientSession
     history: list[tuple[str, dict[str, Any], tuple[int, ...]]]
-    _event: Any
+    event: Any            # the endpoint's: (name, body=None, conn=None)
     _output: Any
 
     def _lead(self) -> int | None:
@@ -113,14 +114,14 @@ class WorkerSide:
             for bp in bps if isinstance(bps, list) else []:
                 if isinstance(bp, dict) and bp.get("id") in worker.bp_ids and self.conn is conn:
                     body = to_client(worker.bp_ids, self.ids.up(worker.index, bp))
-                    self._event(conn, "breakpoint", {"reason": "changed", "breakpoint": body})
+                    self.event("breakpoint", {"reason": "changed", "breakpoint": body}, conn)
         return answered
 
     def _handshake(self, link: DapClient) -> str | None:
         """initialize and attach: None when attached, "" when the server did not answer, else why it refused."""
         for command, args in (("initialize", {"adapterID": "dynstep", "clientID": "dynstep-job", "linesStartAt1": True,
                                               "columnsStartAt1": True, "pathFormat": "path",
-                                              "supportsVariablePaging": self.client_paging}),
+                                              "supportsVariablePaging": self.session.client_paging}),
                               ("attach", {"token": self.token} if self.token else {})):
             try:
                 msg = link.response(command, args)
@@ -137,7 +138,7 @@ class WorkerSide:
             worker.link = None
             threads, worker.threads = sorted(worker.threads), set()
         for tid in threads:
-            self._event(conn, "thread", {"reason": "exited", "threadId": tid})
+            self.event("thread", {"reason": "exited", "threadId": tid}, conn)
         if worker.exit_code is None and self.conn is conn and not self.ended.is_set():
             self._output(conn, f"dynstep: rank {worker.rank}'s debug adapter closed its connection")
 
@@ -170,7 +171,7 @@ class WorkerSide:
             body["description"] = f"rank {worker.rank}: {body.get('description') or body.get('reason', '')}"
         elif name == "output" and isinstance(body.get("output"), str):
             body["output"] = _prefixed(f"[rank {worker.rank}] ", body["output"])
-        self._event(conn, name, body)
+        self.event(name, body, conn)
 
     def _learn(self, worker: Worker, ids: tuple[int, ...], then: Any = None) -> Any:
         def answered(msg: dict[str, Any] | None) -> None:

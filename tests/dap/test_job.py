@@ -1,4 +1,4 @@
-"""The job's debug adapter (remote/job.py) in one process: two real DapServers stand in for the ranks'
+"""The job's debug adapter (dap/job.py) in one process: two real DapServers stand in for the ranks'
 servers, a validating client attaches to the adapter. The full job (torchrun, two ranks stopping at
 once) is tests/jobs/test_jobs.py::test_one_debug_adapter_for_the_job_with_a_thread_per_rank."""
 
@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from dynstep.remote import job as job_mod
-from dynstep.remote.job import JobAdapter
-from dynstep.remote.jobids import JobIds
-from dynstep.remote.server import DapServer
+from dynstep.dap import job as job_mod
+from dynstep.dap.job import JobAdapter
+from dynstep.dap.jobids import JobIds
+from dynstep.dap.server import DapServer
 
 from .dap import Client
 
@@ -201,7 +201,7 @@ def test_the_client_keeps_its_own_breakpoint_ids_whatever_each_rank_numbers(monk
 def test_a_rank_that_stops_reading_is_dropped_not_waited_for():
     """A send to a peer that never reads fails after the send timeout (the job's adapter drops that rank)
     instead of blocking the adapter, which holds its lock while it sends."""
-    from dynstep.remote.client import DapClient
+    from dynstep.dap.client import DapClient
 
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = DapClient("127.0.0.1", listener.getsockname()[1], send_timeout=0.3)
@@ -215,3 +215,25 @@ def test_a_rank_that_stops_reading_is_dropped_not_waited_for():
         finally:
             client.close()
             peer.close()
+
+
+def _bad_dap():
+    from ..test_hostile import BAD_DAP
+
+    return BAD_DAP
+
+
+@pytest.mark.parametrize("messages,words", _bad_dap(), ids=[str(m[-1])[:70] for m, _ in _bad_dap()])
+def test_the_jobs_adapter_answers_a_session_out_of_order_as_the_server_does(messages, words):
+    """The job's adapter is the server's endpoint (dap/endpoint.py, dap/session.py): before attach, a wrong
+    token, launch, a disconnect that would end the job and malformed messages get the server's answers
+    (tests/test_hostile.py::test_bad_dap_messages_before_attach sends the same to a server)."""
+    from .test_reliability import _ask
+
+    adapter = JobAdapter("127.0.0.1", 0, [], token="s3cret")
+    try:
+        answers = _ask(adapter.port, messages)
+        assert answers and not answers[-1]["success"] and words in answers[-1]["message"], answers
+        assert not adapter.terminating and not adapter.session.attached
+    finally:
+        adapter.close()

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from dynstep.remote.client import DapClient
+from dynstep.dap.client import DapClient
 
 from .dap import MODEL, ROOT, Client, drain, env, free_port
 

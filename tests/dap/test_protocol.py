@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import dynstep
-from dynstep.remote.server import DapServer
+from dynstep.dap.server import DapServer
 
 from .dap import Client, validate
 

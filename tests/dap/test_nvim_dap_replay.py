@@ -34,7 +34,7 @@ import threading
 
 import torch
 
-from dynstep.remote.protocol import FrameReader
+from dynstep.dap.protocol import FrameReader
 
 from .dap import MODEL, start_program, validate
 from .test_sequence import ATTN_LINE, _eager_with_zeroed_attn

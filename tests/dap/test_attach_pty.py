@@ -55,7 +55,7 @@ def test_attach_drives_a_remote_program_from_a_terminal(tmp_path):
 def test_attach_to_a_running_program_pause_with_ctrl_c_and_quit(tmp_path):
     # the program keeps running for 10 minutes (q ends it): on a slow machine starting the client alone
     # can take most of a minute, and a shorter loop may end before the pause reaches it
-    proc, port = start_program("--inner", "eager", os.path.join(ROOT, "tests", "remote", "block_model.py"), "0", "600")
+    proc, port = start_program("--inner", "eager", os.path.join(ROOT, "tests", "dap", "block_model.py"), "0", "600")
     child = pexpect.spawn(sys.executable, ["-m", "dynstep", "attach", f"127.0.0.1:{port}"], cwd=str(tmp_path),
                           env={**env(), "COLUMNS": "160", "HOME": str(tmp_path)}, encoding="utf-8", timeout=120,
                           dimensions=(50, 160))

@@ -10,7 +10,7 @@ change reaches the program's output), step, continue, loadedSources, the program
 Other candidates were checked (issue 26, item 14): `dap-python` 0.5.0 (PyPI) parses every response
 into its pydantic models, but its models for acknowledgement responses (attach, configurationDone,
 next, disconnect) require fields a response body never has, so it cannot finish an attach with any
-adapter; nvim-dap is on no registry CI reaches (tests/remote/test_nvim_dap_replay.py replays its
+adapter; nvim-dap is on no registry CI reaches (tests/dap/test_nvim_dap_replay.py replays its
 messages instead); `dap-mcp` only launches adapters over stdio (dynstep is attached to).
 """
 
