@@ -50,6 +50,8 @@ class Site:
     user_name: str = ""         # the user's variable the node's value is assigned to, if known
     frames: tuple[str, ...] = ()  # "path:line" of every user frame, outermost first
     hand: HandConfig | None = None   # set for hand-placed probes only
+    owner: str = ""             # who collects its hits: "" the sessions; "flight" the flight recorder (own sink,
+                                # its ring of `capacity` stats, a non-finite hit handed over, not raised)
 
 
 class SiteRegistry:

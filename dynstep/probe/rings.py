@@ -122,7 +122,7 @@ def action_bits(site: Site) -> int:
     native = _native
     assert native is not None
     bits = native.ACTION_BITS
-    mask = bits["python"] if _immediate and site.hand is None else 0
+    mask = bits["python"] if _immediate and site.hand is None and not site.owner else 0   # owners have sinks
     for action in site.actions:
         mask |= bits[action] if action in NATIVE_ACTIONS else bits["python"]
     if "nan" in site.actions:
@@ -160,7 +160,8 @@ def register_native(site: Site) -> None:
     native = _native
     if native is None or runtime.is_closed(site.id):
         return
-    capacity = ring_slots(site) if "record" in site.actions else 1024
+    # a stats-only site keeps 1024 hits natively, an owned one (the flight recorder) the ring it asked for
+    capacity = ring_slots(site) if "record" in site.actions else (site.capacity if site.owner else 1024)
     every = site.hand.every if site.hand is not None else 1
     native.register_site(site.id, action_bits(site), capacity, every)
     if site.hand is not None and site.hand.expected is not None:

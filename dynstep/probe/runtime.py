@@ -173,7 +173,7 @@ def _run_actions(x: torch.Tensor, site: Site, call: int, stats: Stats | None) ->
         _check(x, site.id, hand, stats, call)  # the native kernel did this itself
     if "nan" in acts:
         nan, inf = (stats.nan, stats.inf) if stats is not None else nonfinite_counts(x)
-        if nan or inf:
+        if (nan or inf) and not site.owner:   # an owned site hands the hit to its sink, which decides
             _nonfinite(site, nan, inf, x, call)
     if not observing or stats is None:
         return
