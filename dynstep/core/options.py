@@ -11,6 +11,7 @@ editing it (lists from the environment are added to the call's lists):
     DYNSTEP_STEP=1 (step points everywhere, stop at the first node)  DYNSTEP_FRONTEND=repl|script|pdb
     DYNSTEP_COMMANDS="p value.mean(); s; c"  (scripted commands; when they run out: continue)
     DYNSTEP_RANKS=0|1,3|all  (a distributed job: which ranks pause; the others wait; docs/distributed.md)
+    DYNSTEP_FLIGHT=DIR  (the flight recorder, dumps under DIR; DYNSTEP_FLIGHT_STEPS/_ON/_SELECT/_INPUTS: docs/flight.md)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import OptionsError
+from .flight_options import FlightOptions, parse_flight
 
 ACTIONS = ("summary", "record", "print", "nan")
 NAN_MODES = ("raise", "stop", "warn")
@@ -44,11 +46,12 @@ class Options:
     commands: str | None = None
     step: bool = False
     ranks: str | tuple[int, ...] | None = None   # "all", rank numbers, or None (rank 0)
+    flight: FlightOptions | None = None          # the flight recorder (core/flight_options.py)
 
     @property
     def transparent(self) -> bool:
         """True when superstep has nothing to add and hands the graph over untouched."""
-        return not (self.probe or self.pause or self.diff or self.nan or self.step)
+        return not (self.probe or self.pause or self.diff or self.nan or self.step or self.flight)
 
     @property
     def inner_name(self) -> str:
@@ -80,6 +83,7 @@ class Options:
         values.update(_front(given.get("frontend", env.get("DYNSTEP_FRONTEND") or None),
                              given.get("commands", env.get("DYNSTEP_COMMANDS") or None)))
         values["ranks"] = parse_ranks(given.get("ranks", env.get("DYNSTEP_RANKS") or None))
+        values["flight"] = parse_flight(given.get("flight"), environ=env, set_in_call="flight" in given)
         opts = cls(**values)
         if "nan" in opts.actions and opts.nan is None:
             opts = dataclasses.replace(opts, nan="raise")
@@ -164,6 +168,7 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
         _env_flag(env, name)
     if env.get("DYNSTEP_RECORD_MEMORY", "").strip():
         byte_count("DYNSTEP_RECORD_MEMORY", env["DYNSTEP_RECORD_MEMORY"])
+    parse_flight(True, environ=env)   # DYNSTEP_FLIGHT and DYNSTEP_FLIGHT_* (checked as if the flight were on)
 
 
 def _str_list(name: str, value: Any) -> tuple[str, ...]:
