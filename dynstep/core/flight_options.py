@@ -72,7 +72,8 @@ class FlightOptions:
         return "signal" in self.on
 
 
-def parse_flight(given: Any, *, environ: Mapping[str, str] | None = None, set_in_call: bool = False) -> FlightOptions | None:
+def parse_flight(given: Any, *, environ: Mapping[str, str] | None = None,
+                 set_in_call: bool = False) -> FlightOptions | None:
     """The `flight` option (True, False/None, or a mapping) with DYNSTEP_FLIGHT* filling in the rest.
 
     `set_in_call`: the call named `flight` (then False means off whatever the environment says)."""
@@ -137,7 +138,8 @@ def _rules(value: Any) -> tuple[str, ...]:
     rules = tuple(dict.fromkeys(_strings("on", value)))
     for rule in rules:
         if rule not in ("nonfinite", "nonfinite:value", "exception", "signal") and not rule.startswith("spike:"):
-            raise OptionsError(f"option 'flight': unknown trigger rule {rule!r} in 'on'; expected some of {list(RULES)}")
+            raise OptionsError(f"option 'flight': unknown trigger rule {rule!r} in 'on'; expected some of "
+                               f"{list(RULES)}")
         if rule.startswith("spike:"):
             _spike(rule)
     return rules

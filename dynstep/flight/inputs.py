@@ -140,7 +140,8 @@ class InputKeeper:
             else:
                 missing[i] = f"{_nbytes(value)} bytes, over the inputs memory cap ({self.cap} bytes)"
         grads = tuple(bool(getattr(v, "requires_grad", False)) for v in kept.values)
-        return CapturedCall(kept.graph, kept.step, kept.call, tensors, scalars, tuple(mutated), missing, kept.rng, grads)
+        return CapturedCall(kept.graph, kept.step, kept.call, tensors, scalars, tuple(mutated), missing, kept.rng,
+                            grads)
 
 
 def _versions(values: list[Any]) -> tuple[int | None, ...]:

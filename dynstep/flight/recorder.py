@@ -125,6 +125,15 @@ class FlightRecorder:
             return True
         return base is not None and share <= base
 
+    def last_step(self) -> int:
+        """The step that ran last: this one once a compiled call ran in it, else the one before (a scalar
+        watched, or an exception raised, after `optimizer.step()` belongs to the step that just ended)."""
+        return self.clock.step if self.clock.calls or self.clock.step == 0 else self.clock.step - 1
+
+    def inf_sites(self) -> set[int]:
+        """Sites whose Inf is by design (held from their first call on)."""
+        return set(self._inf_base)
+
     # -- steps ----------------------------------------------------------------------------------
     def before_call(self, graph: str, args: Sequence[Any]) -> None:
         with self.lock:
@@ -165,23 +174,28 @@ class FlightRecorder:
     def _drain_if_crowded(self, graph: str) -> None:
         """A graph called m > 1 times per step fills its native rings (K + 1 slots) in (K + 1) / m steps:
         before that, move every native ring into the Python rings, grown to hold K + 1 steps."""
-        per_step = self.clock.calls_per_step(graph)
-        if per_step <= 1:
+        if self.clock.calls_per_step(graph) <= 1:
             return
         self._since_drain += 1
         if self._since_drain < self.opts.steps:
             return
         self._since_drain = 0
-        slots = (self.opts.steps + 1) * per_step
-        for site_id in self.graphs[graph].sites:
-            self.rings[site_id].grow(slots)
+        self.grow_rings()
         rings.drain_native()
+
+    def grow_rings(self) -> None:
+        """The Python rings of graphs called m > 1 times per step hold (K + 1) x m hits."""
+        for graph, fg in self.graphs.items():
+            per_step = self.clock.calls_per_step(graph)
+            if per_step > 1:
+                for site_id in fg.sites:
+                    self.rings[site_id].grow((self.opts.steps + 1) * per_step)
 
     # -- triggers --------------------------------------------------------------------------------
     def watch(self, name: str, value: Any) -> float:
         number = float(value.detach().float().item()) if isinstance(value, torch.Tensor) else float(value)
         with self.lock:
-            step = self.clock.step
+            step = self.last_step()
             history = self.watched.setdefault(name, collections.deque(maxlen=self.opts.steps + 1))
             if history and history[-1][0] == step:
                 history.pop()                  # watched twice in one step: the last value counts
@@ -198,7 +212,7 @@ class FlightRecorder:
     def dump(self, reason: str = "dynstep.flight.dump()") -> Path:
         """Write the rings now (a `manual` trigger at the current step)."""
         with self.lock:
-            path = self._write(triggers.plain("manual", self.clock.step, reason), quiet=False)
+            path = self._write(triggers.plain("manual", self.last_step(), reason), quiet=False)
             assert path is not None
             return path
 
@@ -220,7 +234,7 @@ class FlightRecorder:
             if self.pending is not None:          # what was pending explains more: dump it first
                 self._write(self.pending)
             if wanted and kind not in self.fired:
-                self._write(triggers.plain(kind, self.clock.step, reason))
+                self._write(triggers.plain(kind, self.last_step(), reason))
 
     def _write(self, trigger: Trigger, *, quiet: bool = True) -> Path | None:
         """Write a dump; a trigger's dump that fails warns (the model goes on), a manual one raises."""
@@ -270,7 +284,8 @@ def _spike_reason(name: str, value: float, earlier: list[float], factor: float) 
     finite = [abs(v) for v in earlier if v == v and abs(v) != float("inf")]
     if value != value or abs(value) == float("inf"):
         return f"{name} = {value} (not finite)"
-    return f"{name} = {value:.6g} > {factor:g} x the median |{name}| {statistics.median(finite):.6g} of the last {len(finite)} steps"
+    return (f"{name} = {value:.6g} > {factor:g} x the median |{name}| {statistics.median(finite):.6g} of the last "
+            f"{len(finite)} steps")
 
 
 _recorder: FlightRecorder | None = None
@@ -285,7 +300,8 @@ def start(opts: FlightOptions) -> FlightRecorder:
             _recorder = FlightRecorder(opts)
         elif dataclasses.replace(_recorder.opts, select=opts.select) != opts:
             warnings.warn(f"dynstep: the flight recorder runs with {_recorder.opts}; a later compile asked for "
-                          f"{opts} (only 'select' may differ per compile); keeping the first", UserWarning, stacklevel=3)
+                          f"{opts} (only 'select' may differ per compile); keeping the first", UserWarning,
+                          stacklevel=3)
         return _recorder
 
 

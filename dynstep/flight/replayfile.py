@@ -83,7 +83,8 @@ def _input(i: int, name: str, call: Any) -> dict[str, Any]:
     if i in call.tensors:
         t = call.tensors[i]
         grad = call.requires_grad[i] if i < len(call.requires_grad) else False
-        return {"name": name, "kind": "tensor", "mutated": i in call.mutated, "requires_grad": grad and t.is_floating_point()}
+        return {"name": name, "kind": "tensor", "mutated": i in call.mutated,
+                "requires_grad": grad and t.is_floating_point()}
     return {"name": name, "kind": "scalar", "value": call.scalars.get(i)}
 
 
@@ -123,8 +124,9 @@ def read_replay(path: str | Path) -> ReplayCall:
             inputs.append(spec.get("value"))
         grads.append(bool(spec.get("requires_grad", False)))
     attrs = {k.removeprefix("attr:"): v for k, v in tensors.items() if k.startswith("attr:")}
-    return ReplayCall(meta["graph"], meta["step"], meta["call"], meta["inner"], meta.get("mode"), {"nodes": meta["nodes"]},
-                      tuple(inputs), tuple(grads), tuple(mutated), attrs, tensors.get("rng"), tuple(meta.get("notes", ())))
+    return ReplayCall(meta["graph"], meta["step"], meta["call"], meta["inner"], meta.get("mode"),
+                      {"nodes": meta["nodes"]}, tuple(inputs), tuple(grads), tuple(mutated), attrs, tensors.get("rng"),
+                      tuple(meta.get("notes", ())))
 
 
 def _why_not(path: Path) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from ..core.records import Snapshot
 from ..core.sites import Site
@@ -58,9 +58,12 @@ def plain(kind: str, step: int, reason: str, **extra) -> Trigger:
     return Trigger(kind=kind, step=step, reason=reason, time=timestamp(), **extra)
 
 
-def first_nonfinite(trigger: Trigger, hits: Iterable[tuple[Site, Hit, int]]) -> Trigger:
-    """`trigger` naming the first non-finite hit among (site, hit, step) (hit order), if any."""
-    bad = [(h.seq, site, h, step) for site, h, step in hits if h.stats.nan or h.stats.inf]
+def first_nonfinite(trigger: Trigger, hits: Iterable[tuple[Site, Hit, int]],
+                    by_design: Collection[int] = ()) -> Trigger:
+    """`trigger` naming the first non-finite hit among (site, hit, step) (hit order), if any; an Inf of a
+    site in `by_design` (Inf from its first call on: a mask) does not count."""
+    bad = [(h.seq, site, h, step) for site, h, step in hits
+           if h.stats.nan or (h.stats.inf and site.id not in by_design)]
     if not bad:
         return trigger
     _, site, hit, step = min(bad, key=lambda b: b[0])
@@ -81,5 +84,6 @@ def first_jump(trigger: Trigger, hits: Iterable[tuple[Site, Hit, int]], factor: 
     for _, site, h in sorted(at_step, key=lambda t: t[0]):
         if spiked(history.get(site.id, ()), h.stats.absmax, factor):
             named = at_hit("spike", site, h, trigger.step, trigger.reason, name=trigger.name, value=trigger.value)
-            return dataclasses.replace(named, reason=f"{trigger.reason}; first jump: {site.node} ({site.module or '-'})")
+            reason = f"{trigger.reason}; first jump: {site.node} ({site.module or '-'})"
+            return dataclasses.replace(named, reason=reason)
     return trigger

@@ -40,6 +40,7 @@ STATS = ("min", "max", "mean", "std", "absmax")
 
 
 def write(recorder: "FlightRecorder", trigger: Trigger) -> Path:
+    recorder.grow_rings()
     rings.drain_native()          # every hit the native rings hold, into the flight rings
     first = trigger.step - recorder.opts.steps
     hits = _window(recorder, first, trigger.step)
@@ -48,7 +49,8 @@ def write(recorder: "FlightRecorder", trigger: Trigger) -> Path:
     held, _ = recorder.memory()
     info = FlightInfo(trigger=trigger, steps=recorder.opts.steps, first_step=max(first, 0), last_step=trigger.step,
                       step_rule=recorder.clock.rule, starts=recorder.clock.starts(), watched=_watched(recorder, first),
-                      sites=len(recorder.rings), hits=len(hits), ring_bytes=held, replay=why_not)
+                      sites=len(recorder.rings), hits=len(hits), ring_bytes=held, replay=why_not,
+                      inf_sites=tuple(sorted(recorder.inf_sites())))
     files["flight.json"] = json.dumps(json_safe(flight_json(info)), indent=1).encode()
     graphs = {site.graph for site, _, _ in hits} | set(recorder.graphs)
     path = _unique(Path(recorder.opts.path), trigger)
@@ -75,7 +77,7 @@ def _named(recorder: "FlightRecorder", trigger: Trigger, hits: list) -> Trigger:
     if trigger.kind == "spike":
         factor = next((r.factor for r in recorder.opts.spikes if r.name == trigger.name), 2.0)
         return triggers.first_jump(trigger, hits, factor)
-    return triggers.first_nonfinite(trigger, hits)
+    return triggers.first_nonfinite(trigger, hits, recorder.inf_sites())
 
 
 def _watched(recorder: "FlightRecorder", first: int) -> tuple[WatchSeries, ...]:

@@ -67,15 +67,14 @@ def cmd_run(args: argparse.Namespace) -> Result:
     from .flight_cli import flight_overrides
     from .runner import run
 
-    try:
-        flight = flight_overrides(args)   # before the target: `--flight train.py` names the script
-    except ValueError as exc:
-        return False, f"dynstep run: {exc}", 2
     target = args.module or args.script
     if not target:
         return False, "dynstep run: give a script (dynstep run train.py) or a module (dynstep run -m pkg.train)", 2
     script_args = list(args.args) if args.module is None else [a for a in (args.script, *args.args) if a]
-    overrides = {**overrides_of(args), **flight}
+    try:
+        overrides = {**overrides_of(args), **flight_overrides(args)}
+    except ValueError as exc:
+        return False, f"dynstep run: {exc}", 2
     problem = check_overrides(overrides)
     if problem:
         return False, f"dynstep run: {problem}", 2
@@ -246,7 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     wiring.install()
     from .jobs_cli import split_launcher
 
-    argv, launcher_args = split_launcher(sys.argv[1:] if argv is None else argv)
+    from .flight_cli import bare_flight
+
+    argv, launcher_args = split_launcher(bare_flight(list(sys.argv[1:] if argv is None else argv)))
     args = build_parser().parse_args(argv)
     if launcher_args is not None:   # torchrun's own options are not dynstep's
         args.args = launcher_args

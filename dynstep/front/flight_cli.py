@@ -30,18 +30,24 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
                      help="values the flight recorder probes (repeatable; default every node)")
 
 
+def bare_flight(argv: list[str]) -> list[str]:
+    """`dynstep run --flight train.py ...`: a script right after a bare --flight is the script, not the
+    folder (argparse would take it as the folder); the default folder is put in between."""
+    if not argv or argv[0] != "run" or "--flight" not in argv:
+        return argv
+    at = argv.index("--flight") + 1
+    if at < len(argv) and argv[at].endswith(".py") and os.path.isfile(argv[at]):
+        return argv[:at] + [DEFAULT_PATH] + argv[at:]
+    return argv
+
+
 def flight_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """{"flight": {...}} for superstep when --flight was given ({} otherwise). A script given right after a
-    bare --flight (`--flight train.py`) is the script, not the folder."""
+    """{"flight": {...}} for superstep when --flight was given ({} otherwise)."""
     flight = getattr(args, "flight", None)
     if flight is None:
-        if getattr(args, "flight_steps", None) or getattr(args, "flight_on", None) or getattr(args, "flight_select", []):
+        if any(getattr(args, name, None) for name in ("flight_steps", "flight_on", "flight_select")):
             raise ValueError("--flight-steps, --flight-on and --flight-select go with --flight [DIR]")
         return {}
-    if flight.endswith(".py") and os.path.isfile(flight) and not args.module:
-        if args.script is not None:
-            args.args = [args.script, *args.args]
-        args.script, flight = flight, DEFAULT_PATH
     spec: dict[str, Any] = {"path": flight}
     if args.flight_steps is not None:
         spec["steps"] = args.flight_steps

@@ -24,7 +24,8 @@ CSS = """
 #leadup .lrow.bad{border-color:#d93025;background:#fffafa} #leadup .lrow.first{box-shadow:0 0 0 3px #f28b82}
 #leadup .lrow h3{font-size:13px;margin:2px 0;font-weight:600} #leadup .lcharts{display:flex;gap:16px;flex-wrap:wrap}
 #leadup .lcharts>div{flex:0 1 460px} #leadup h4{margin:0;font-size:12px;font-weight:normal;color:var(--muted)}
-svg .lmax{stroke:#5f6368} svg circle.lmax{fill:#5f6368} svg .trigger{stroke:#d93025;stroke-width:1.5;stroke-dasharray:4 2}
+svg .lmax{stroke:#5f6368} svg circle.lmax{fill:#5f6368}
+svg .trigger{stroke:#d93025;stroke-width:1.5;stroke-dasharray:4 2}
 svg .watch{stroke:#8430ce} svg circle.watch{fill:#8430ce} svg .steplabel{font-size:10px;fill:#d93025}
 """
 
@@ -39,9 +40,11 @@ def section(report: RunReport) -> str:
         label = f"the trigger's node {t.node} ({'gradient' if t.phase == 'backward' else 'value'})"
         charts.append(f"<div><h4>{escape(label)}</h4>{chart(lead.node, t.step, 'lnode')}</div>")
     for i, w in enumerate(lead.watched):
-        charts.append(f"<div><h4>watched: {escape(w.name)}</h4>{watch_chart(w.steps, w.values, lead.steps, t.step, f'lw{i}')}</div>")
+        svg = watch_chart(w.steps, w.values, lead.steps, t.step, f"lw{i}")
+        charts.append(f"<div><h4>watched: {escape(w.name)}</h4>{svg}</div>")
     rows = "\n".join(_row(lead, m) for m in lead.modules)
-    more = f"<p>{lead.left_out} more module(s) are not drawn (the hits table has every value).</p>" if lead.left_out else ""
+    more = (f"<p>{lead.left_out} more module(s) are not drawn (the hits table has every value).</p>"
+            if lead.left_out else "")
     rule = "optimizer steps" if lead.step_rule == "optimizer" else "top-level compiled calls"
     return (f'<style>{CSS}</style><section id="leadup"><h2>Lead-up: {escape(t.kind)} at step {t.step}</h2>'
             f'<div class="banner" id="trigger">{_trigger_text(report)}</div>'
@@ -72,10 +75,12 @@ def _row(lead: LeadUp, m: ModuleLeadUp) -> str:
     classes = "lrow" + (" bad" if bad else "") + (" first" if m.first else "")
     sides = []
     for curve, suffix, label in ((m.value, "v", "values"), (m.grad, "g", "gradients")):
-        body = chart(curve, lead.trigger.step, m.key + suffix) if curve is not None else '<div class="none">not probed</div>'
+        body = (chart(curve, lead.trigger.step, m.key + suffix) if curve is not None
+                else '<div class="none">not probed</div>')
         sides.append(f"<div><h4>{label}</h4>{body}</div>")
     return (f'<div class="{classes}" id="{m.key}" data-module="{escape(m.module)}"><h3>{escape(m.module)} '
-            f'<span class="where">&middot; {m.values} value(s)</span></h3><div class="pair">{"".join(sides)}</div></div>')
+            f'<span class="where">&middot; {m.values} value(s)</span></h3>'
+            f'<div class="pair">{"".join(sides)}</div></div>')
 
 
 def chart(curve: Curve, trigger_step: int, chart_id: str) -> str:
@@ -124,7 +129,8 @@ def _frame(chart_id: str, steps: tuple[int, ...], lo: float, hi: float) -> str:
             f'<text class="tick" x="{LEFT - 4}" y="{TOP + 8}" text-anchor="end">{_num(hi)}</text>'
             f'<text class="tick" x="{LEFT - 4}" y="{bottom}" text-anchor="end">{_num(lo)}</text>'
             f'<text class="tick" x="{LEFT}" y="{H - 2}">step {steps[0] if steps else "-"}</text>'
-            f'<text class="tick" x="{W - RIGHT}" y="{H - 2}" text-anchor="end">step {steps[-1] if steps else "-"}</text>')
+            f'<text class="tick" x="{W - RIGHT}" y="{H - 2}" text-anchor="end">'
+            f'step {steps[-1] if steps else "-"}</text>')
 
 
 def _line(cls: str, xs: list[float], values: tuple[float, ...], steps: tuple[int, ...], y) -> list[str]:
@@ -164,7 +170,8 @@ def _marker(steps: tuple[int, ...], xs: list[float], step: int, cls: str, title:
     if step not in steps:
         return ""
     x = xs[steps.index(step)]
-    return (f'<line class="{cls}" data-step="{step}" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + PLOT_H + STRIP_H + 3}">'
+    return (f'<line class="{cls}" data-step="{step}" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" '
+            f'y2="{TOP + PLOT_H + STRIP_H + 3}">'
             f"<title>{escape(title)}</title></line>")
 
 

@@ -73,6 +73,7 @@ class FlightInfo:
     ring_bytes: int = 0                 # what the rings held when it was written
     replay: str = ""                    # "" when replay.json holds a graph call to replay, else why not
     format: int = FLIGHT_FORMAT
+    inf_sites: tuple[int, ...] = ()     # sites holding Inf from their first call on (a mask): Inf by design
 
 
 def flight_json(info: FlightInfo) -> dict:

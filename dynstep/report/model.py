@@ -163,10 +163,7 @@ def build(recording: RecordingLike, *, select: Sequence[str] = (), max_panels: i
         rank, differences = None, ()
     hits = tuple(sorted((dataclasses.replace(s, tensor=None) if s.tensor is not None else s
                          for s in every), key=lambda s: s.seq))
-    bad = next((s for s in hits if s.stats.nan or s.stats.inf), None)
-    trigger = getattr(recording, "trigger", None)
-    if trigger is not None and trigger.kind == "nonfinite":   # a flight dump: the hit its trigger names (an
-        bad = next((s for s in hits if s.seq == trigger.seq and s.site == trigger.site), bad)   # Inf by design is not it)
+    bad = _first_bad(recording, hits)
     panels = panels_of(hits)
     chosen = [p for p, snaps in panels if not selectors or any(snapshot_matches(s, x) for s in snaps
                                                                for x in selectors)]
@@ -186,6 +183,17 @@ def build(recording: RecordingLike, *, select: Sequence[str] = (), max_panels: i
                      sources=_sources(hits, events, plans), selected=tuple(select), rank=rank,
                      ranks=ranks if rank is not None else (), rank_differences=differences,
                      leadup=_leadup(recording, hits))
+
+
+def _first_bad(recording: RecordingLike, hits: tuple[Snapshot, ...]) -> Snapshot | None:
+    """The first hit with a NaN/Inf; in a flight dump, the Inf of a value holding Inf from its first call on
+    (an attention mask) is by design and does not count, and a non-finite trigger names its own hit."""
+    info = getattr(recording, "flight", None)
+    by_design = set(info.inf_sites) if info is not None else set()
+    bad = next((s for s in hits if s.stats.nan or (s.stats.inf and s.site not in by_design)), None)
+    if info is not None and info.trigger.kind == "nonfinite":
+        bad = next((s for s in hits if s.seq == info.trigger.seq and s.site == info.trigger.site), bad)
+    return bad
 
 
 def _leadup(recording: RecordingLike, hits: tuple[Snapshot, ...]) -> LeadUp | None:
