@@ -164,3 +164,17 @@ def test_distributed_internals_the_coordinator_uses_exist():
 
     assert callable(c10d._get_default_store) and callable(c10d._set_pg_timeout)
     assert callable(c10d._get_default_group)
+
+
+def test_what_the_flight_recorder_reads():
+    """dynstep/_compat/flight.py: a tensor's version counter, Inductor's fallback_random."""
+    import torch._inductor.config as inductor_config
+
+    t = torch.zeros(3)
+    before = _compat.tensor_version(t)
+    t.add_(1)
+    assert _compat.tensor_version(t) == before + 1
+    saved = inductor_config.fallback_random
+    with _compat.inductor_fallback_random():
+        assert inductor_config.fallback_random is True
+    assert inductor_config.fallback_random == saved
