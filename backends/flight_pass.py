@@ -24,7 +24,7 @@ import torch.fx
 
 from dynstep.core.errors import OptionsError
 from dynstep.core.options import Options
-from dynstep.flight import graphio
+from dynstep.flight.graphio import UnsupportedGraph, attrs, graph_json
 from dynstep.flight.recorder import FlightGraph, FlightRecorder, start
 from dynstep.graph import info as gi
 from dynstep.graph import selectors as sel
@@ -61,8 +61,8 @@ def instrument(gm: torch.fx.GraphModule, opts: Options, graph_id: str, *, inner_
 def _portable(gm: torch.fx.GraphModule) -> tuple[dict[str, Any] | None, str, dict]:
     """The graph as JSON for a replay in another process, or None and why not."""
     try:
-        return graphio.graph_json(gm), "", graphio.attrs(gm)
-    except graphio.UnsupportedGraph as exc:
+        return graph_json(gm), "", attrs(gm)
+    except UnsupportedGraph as exc:
         return None, str(exc), {}
 
 

@@ -11,6 +11,7 @@ something goes wrong (docs/flight.md).
     rec = dynstep.load(path); rec.trigger.kind, rec.trigger.step, rec.trigger.node, rec.trigger.source
     $ dynstep report DUMP          # the lead-up: per-module curves, the trigger marked
     $ dynstep flight replay DUMP   # re-run the trigger's graph call: eager vs compiled, every node probed
+    result = dynstep.flight.replay(dump); result.reproduced, result.verdict
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..core.errors import DynstepError
 from ..report.flight_records import FlightInfo, Trigger
 from .recorder import FlightRecorder, current, stop
 
-__all__ = ["FlightInfo", "FlightRecorder", "Trigger", "current", "dump", "stop", "watch"]
+__all__ = ["FlightInfo", "FlightRecorder", "Trigger", "current", "dump", "replay", "stop", "watch"]
 
 
 def watch(name: str, scalar: Any) -> float:
@@ -45,3 +46,12 @@ def dump(reason: str = "dynstep.flight.dump()") -> Path:
         raise DynstepError("dynstep.flight.dump(): no flight recorder is running; compile with "
                            "options={'flight': True} (or DYNSTEP_FLIGHT=DIR, dynstep run --flight DIR) first")
     return recorder.dump(reason)
+
+
+def replay(dump: str | Path, *, out: str | Path | None = None) -> Any:
+    """Re-run the graph call a dump kept: eagerly, compiled with every node probed (a recording at `out`,
+    default DUMP.replay) and through the eager-vs-compiled diff; -> `dynstep.flight.rerun.ReplayResult`
+    (`reproduced`, `verdict`, `diff`, the trigger node's statistics dumped, replayed and eager)."""
+    from .rerun import replay as run
+
+    return run(dump, out=out)

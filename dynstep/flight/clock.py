@@ -46,6 +46,7 @@ class StepClock:
         self.total: collections.Counter[str] = collections.Counter()   # calls under the call rule
         self.renumbered = False              # the first optimizer step made the earlier steps step 0
         self._starts: collections.deque[tuple[int, int]] = collections.deque([(0, 0)], maxlen=max(2, keep))
+        self._seqs: list[int] | None = None   # the starts' seqs, for step_of (made again after a change)
 
     def call(self, graph: str) -> bool:
         """A compiled graph is about to run; under the call rule a call of the entry frame starts a step."""
@@ -82,6 +83,7 @@ class StepClock:
         self.renumbered = True
         self._starts.clear()
         self._starts.append((0, 0))
+        self._seqs = None
 
     def _advance(self) -> None:
         for graph, n in self.per_graph.items():
@@ -91,11 +93,13 @@ class StepClock:
         self.calls = 0
         self.step += 1
         self._starts.append((self.step, runtime.next_seq()))
+        self._seqs = None
 
     def step_of(self, seq: int) -> int:
         """The step of the hit with order `seq`; -1 when it is older than the steps remembered."""
-        seqs = [s for _, s in self._starts]
-        i = bisect.bisect_right(seqs, seq) - 1
+        if self._seqs is None:
+            self._seqs = [s for _, s in self._starts]
+        i = bisect.bisect_right(self._seqs, seq) - 1
         if i < 0:
             return -1
         return self._starts[i][0]

@@ -98,7 +98,11 @@ def _lines(hits: list[tuple["Site", "Hit", int]]) -> list[str]:
         if prefix is None:
             prefix = prefixes[key] = _prefix(site, hit, rank, world)
         st = hit.stats
-        numbers = ", ".join(f'"{k}": {_num(getattr(st, k))}' for k in STATS)
+        lo, hi, mean, std, absmax = st.min, st.max, st.mean, st.std, st.absmax
+        if lo - lo == hi - hi == mean - mean == std - std == absmax - absmax == 0.0:   # all finite: the fast way
+            numbers = f'"min": {lo!r}, "max": {hi!r}, "mean": {mean!r}, "std": {std!r}, "absmax": {absmax!r}'
+        else:
+            numbers = ", ".join(f'"{k}": {_num(getattr(st, k))}' for k in STATS)
         lines.append(f'{prefix}, "call": {hit.call}, "seq": {hit.seq}, "step": {step}, "stats": {{{numbers}, '
                      f'"nan": {st.nan}, "inf": {st.inf}, "count": {st.count}}}}}\n')
     return lines

@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_flight(args: argparse.Namespace) -> Result:
     """The flight recorder's dumps: `dynstep flight replay DUMP`."""
     from ..core.errors import StorageError
-    from ..flight.replay import replay
+    from ..flight import replay
 
     if not os.path.isdir(args.dump):
         return False, f"dynstep flight replay: no dump at {args.dump} (expected a folder the flight recorder wrote)", 2

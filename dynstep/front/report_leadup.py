@@ -106,6 +106,8 @@ def watch_chart(steps: tuple[int, ...], values: tuple[float, ...], window: tuple
     xs = _xs(len(window))
     y = lambda v: TOP + (hi - v) * PLOT_H / (hi - lo)  # noqa: E731
     parts = [_frame(chart_id, window, lo, hi)] + _line("watch", xs, series, window, y)
+    bad = tuple(int(s in by_step and not math.isfinite(by_step[s])) for s in window)   # watched, not finite
+    parts += _strip(xs, Curve(window, series, series, series, bad))
     parts.append(_marker(window, xs, trigger_step, "trigger", f"trigger: step {trigger_step}"))
     return "".join(parts) + "</svg>"
 

@@ -20,6 +20,7 @@ from types import ModuleType
 from ..core.options import byte_count
 from ..core.records import Stats
 from ..core.sites import SITES, Site
+from ..jobs.identity import rank_world
 from . import runtime
 
 _native: ModuleType | None = None
@@ -175,8 +176,10 @@ def drain_native(site_id: int | None = None) -> int:
     if native is None:
         return 0
     entries, dropped = native.drain(-1 if site_id is None else site_id)
+    where = rank_world()
     for sid, seq, call, thread, numbers, shape, dtype, tensor, device in entries:
-        snap = runtime.snapshot_for(SITES.get(sid), call, tuple(shape), dtype, device, Stats(*numbers), tensor, seq)
+        snap = runtime.snapshot_for(SITES.get(sid), call, tuple(shape), dtype, device, Stats(*numbers), tensor, seq,
+                                    where)
         runtime.deliver(snap, thread or None)  # 0: a CUDA hit harvested from the device ring: the drainer's sessions
     for sid, (ring, memory) in dropped.items():
         runtime.count_dropped(sid, ring, memory)

@@ -113,3 +113,10 @@ def test_dynstep_report_on_a_dump_shows_the_trigger_and_the_lead_up(tmp_path):
     assert "first NaN/Inf: value of node linear" in out.stdout                 # the trigger's hit, not the mask's -inf
     page = (tmp_path / "r.html").read_text()
     assert 'id="leadup"' in page and "Lead-up: nonfinite at step 4" in page
+
+
+def test_dump_without_a_recorder_says_how_to_start_one():
+    out = subprocess.run([sys.executable, "-c", "import dynstep; print(dynstep.flight.watch('loss', 2.5)); "
+                          "dynstep.flight.dump()"], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and out.stdout.strip() == "2.5"
+    assert "no flight recorder is running; compile with options={'flight': True}" in out.stderr

@@ -130,3 +130,19 @@ def test_a_bad_flight_selector_and_an_aten_selector_are_refused():
     cm = torch.compile(model, backend="superstep", options={"inner": "aot_eager", "flight": {"select": ["op:aten.mm"]}})
     with pytest.raises(OptionsError, match="AOTAutograd"):
         cm(idx)
+
+
+def test_the_flight_beside_a_users_probes_both_see_the_same_gradient(dumps):
+    """Two passes tap the same value's gradient: the second tap chains after the first, or it would
+    have no user and its gradient no probe."""
+    model, idx = make(seed=0, layers=1)
+    cm = torch.compile(model, backend="superstep", options={
+        "inner": "aot_eager", "probe": ["module:blocks.*.mlp"], "grads": True, "flight": {"path": str(dumps)}})
+    with dynstep.session() as s:
+        cm(idx).logsumexp(-1).mean().backward()
+    mine = {x.kind: x for x in s.records("module:blocks.0.mlp")}
+    assert set(mine) == {"value", "grad"}
+    flown = {x.kind: x for x in dynstep.load(dynstep.flight.dump()).all() if x.node == mine["value"].node}
+    assert set(flown) == {"value", "grad"}
+    for kind in ("value", "grad"):
+        assert flown[kind].stats == mine[kind].stats

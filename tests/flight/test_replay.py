@@ -11,7 +11,7 @@ import torch
 
 import dynstep
 from dynstep.flight.graphio import graph_from_json, graph_json, input_name
-from dynstep.flight.replay import replay
+from dynstep.flight import replay
 from dynstep.front.demo.model import make
 
 from ..conftest import ROOT

@@ -10,7 +10,7 @@ and does eager make it too (the inputs: data or weights) or only compiled (the c
 A gradient (a trigger in the backward phase) is replayed through the diff's gradient mode, whose
 cotangent is its own, not the loss's: the forward values are the call's, the gradients are not.
 
-    result = replay("dynstep-flight/20261125-101500-rank0-nonfinite")
+    result = replay("dynstep-flight/20261125-101500-rank0-nonfinite")      # dynstep.flight.replay
     result.reproduced, result.verdict, result.diff.first_divergence
 """
 
