@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import dynstep
 
 from ..conftest import ROOT
@@ -53,7 +55,9 @@ def test_with_no_trigger_nothing_is_written(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
-def test_sigterm_dumps_then_the_process_dies_by_the_signal(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_dumps_then_the_process_ends_as_it_would_have(tmp_path, signum):
+    """SIGTERM: the process dies by the signal after the dump; SIGINT: KeyboardInterrupt after it (exit 130)."""
     proc = subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--flight", str(tmp_path / "d"), LOOPS,
                              "--steps", "10000", "--sleep", "0.05"], cwd=ROOT, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -62,15 +66,18 @@ def test_sigterm_dumps_then_the_process_dies_by_the_signal(tmp_path):
         for line in proc.stdout:
             if line.startswith("step 4 ") or time.monotonic() > deadline:
                 break
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         proc.wait(120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == -signal.SIGTERM, proc.stderr.read()
+    stderr = proc.stderr.read()
+    assert proc.returncode == (-signal.SIGTERM if signum == signal.SIGTERM else 130), stderr
+    assert signum == signal.SIGTERM or "KeyboardInterrupt" in stderr
     (dump,) = dumps_in(tmp_path / "d")
     rec = dynstep.load(dump)
-    assert rec.trigger.kind == "signal" and rec.trigger.reason == "SIGTERM received" and rec.trigger.step >= 4
+    name = signal.Signals(signum).name
+    assert rec.trigger.kind == "signal" and rec.trigger.reason == f"{name} received" and rec.trigger.step >= 4
     assert rec.flight.last_step == rec.trigger.step and len(rec) > 0
 
 
