@@ -90,7 +90,7 @@ def _handler(target: Target, hooks: Hooks) -> Callable[[int, Any], None]:
 
 def _excepthook(target: Target, previous: Callable[..., Any]) -> Callable[..., Any]:
     def hook(kind: type, exc: BaseException, tb: Any) -> None:
-        if not isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, Exception):   # not KeyboardInterrupt (the signal rule's) nor dynstep's quit
             target.on_exception(exc)
         previous(kind, exc, tb)
     return hook

@@ -247,7 +247,7 @@ def _flight_exception(exc: BaseException) -> None:
     from ..flight import current
 
     recorder = current()
-    if recorder is not None:
+    if recorder is not None and isinstance(exc, Exception):
         recorder.on_exception(exc)
 
 
