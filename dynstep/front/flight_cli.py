@@ -58,6 +58,17 @@ def flight_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {"flight": spec}
 
 
+def flight_environment(spec: dict[str, Any]) -> dict[str, str]:
+    """The DYNSTEP_FLIGHT* variables that carry --flight's options to a torchrun job's workers."""
+    out = {"DYNSTEP_FLIGHT": os.path.abspath(spec["path"])}
+    if "steps" in spec:
+        out["DYNSTEP_FLIGHT_STEPS"] = str(spec["steps"])
+    for key in ("on", "select"):
+        if key in spec:
+            out[f"DYNSTEP_FLIGHT_{key.upper()}"] = ",".join(spec[key])
+    return out
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="flight_verb", required=True)
     replay = sub.add_parser("replay", help="re-run a dump's graph call: every node probed, eager vs compiled")

@@ -42,3 +42,14 @@ def test_the_call_wins_over_the_environment():
 def test_bad_environment_values_are_refused_by_the_environment_check(env, match):
     with pytest.raises(OptionsError, match=match):
         check_environment(env)
+
+
+def test_dynstep_run_flight_reaches_a_torchrun_jobs_workers_through_the_environment(tmp_path):
+    from dynstep.front.jobs_cli import environment
+
+    env = environment({"flight": {"path": str(tmp_path), "steps": 8, "on": ["nonfinite", "spike:loss"],
+                                  "select": ["module:**"]}}, {})
+    assert env == {"DYNSTEP_FLIGHT": str(tmp_path), "DYNSTEP_FLIGHT_STEPS": "8",
+                   "DYNSTEP_FLIGHT_ON": "nonfinite,spike:loss", "DYNSTEP_FLIGHT_SELECT": "module:**"}
+    assert flight(**env) == FlightOptions(steps=8, on=("nonfinite", "spike:loss"), path=str(tmp_path),
+                                          select=("module:**",))
