@@ -44,6 +44,7 @@ class ProbePlan:
     nan_mode: str | None
     graph_id: str
     inner_has_aot: bool
+    owner: str = ""       # "flight": the flight recorder's sites (dynstep.core.sites.Site.owner)
 
     @classmethod
     def build(cls, opts: Options, graph_id: str, *, inner_has_aot: bool) -> "ProbePlan":
@@ -147,7 +148,7 @@ def _probe_node(graph: torch.fx.Graph, node: torch.fx.Node, probe: str, module: 
         value_node = node if index is None else _element(graph, node, index, cursor)
         common = dict(probe=probe, node=node.name if index is None else f"{node.name}[{index}]",
                       target=target, module=module, source=source, source_text=src_text,
-                      graph=plan.graph_id, capacity=plan.capacity, nan_mode=plan.nan_mode,
+                      graph=plan.graph_id, capacity=plan.capacity, nan_mode=plan.nan_mode, owner=plan.owner,
                       frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)),   # a nan stop's user frames
                       identity=ident.with_output(identity, index))
         site = SITES.add(kind="value", actions=actions, **common)
@@ -159,9 +160,22 @@ def _probe_node(graph: torch.fx.Graph, node: torch.fx.Node, probe: str, module: 
         out.append(site)
         if grads and getattr(value, "requires_grad", False):
             gsite = SITES.add(kind="grad", actions=actions, **common)
-            cursor[value_node] = _insert_tap(graph, node, value_node, value, gsite.id, after=cursor[value_node])
+            tapped = _last_tap(value_node)   # another pass's tap on this value: chain after it
+            after = cursor[value_node] if tapped is value_node else tapped
+            cursor[value_node] = _insert_tap(graph, node, tapped, value, gsite.id, after=after)
             out.append(gsite)
     return out
+
+
+def _last_tap(value_node: torch.fx.Node) -> torch.fx.Node:
+    """The value, or the last gradient tap on it that an earlier pass inserted (the model reads that
+    tap: a second tap must read it too, or it would have no user and its gradient no probe)."""
+    tap = value_node
+    while True:
+        nxt = next((u for u in tap.users if u.op == "call_function" and u.target is ops.grad_tap), None)
+        if nxt is None:
+            return tap
+        tap = nxt
 
 
 def _element(graph: torch.fx.Graph, node: torch.fx.Node, index: int, cursor: dict) -> torch.fx.Node:

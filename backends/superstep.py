@@ -62,6 +62,11 @@ def checked(opts: Options) -> Options:
                 sel.parse(text)
             except SelectorError as exc:
                 raise SelectorError(f"superstep option {name!r} (or DYNSTEP_{name.upper()}): {exc}") from None
+    for text in opts.flight.select if opts.flight is not None else ():
+        try:
+            sel.parse(text)
+        except SelectorError as exc:
+            raise SelectorError(f"superstep option 'flight' 'select' (or DYNSTEP_FLIGHT_SELECT): {exc}") from None
     return opts
 
 
@@ -72,9 +77,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
         serve_from_env()
     if opts.diff:
         return _with_diff(gm, example_inputs, opts)
-    if (opts.probe or opts.nan) and not switch.specialize():
+    if (opts.probe or opts.nan or opts.flight) and not switch.specialize():
         # dynstep.probes.disable(): this variant has no probe at all (a guard recompiles on a flip)
-        opts = dataclasses.replace(opts, probe=(), nan=None)
+        opts = dataclasses.replace(opts, probe=(), nan=None, flight=None)
     if opts.transparent and not pause_pass.wants_pauses(opts):
         return _plain(gm, example_inputs, opts)
     with _kernel_provenance(opts):
@@ -147,7 +152,7 @@ def _with_pauses(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: 
 
     A pause-only graph compiles twice, with and without stop points, and runs the variant the
     stepper needs per call; otherwise the probes go into the same graph (None: carry on)."""
-    pause_only = not (opts.probe or opts.diff or opts.nan or opts.grads)
+    pause_only = not (opts.probe or opts.diff or opts.nan or opts.grads or opts.flight)
     quiet = pause_pass.copy_graph_module(gm) if pause_only else None
     plan = pause_pass.PausePlan.build(opts, graph_id)
     sites = pause_pass.insert_pauses(gm, plan)
@@ -165,10 +170,22 @@ def _with_pauses(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: 
 def _with_probes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options,
                  graph_id: str) -> Callable[..., Any]:
     hooked = inner_mod.has_aot_hooks(opts.inner)
+    flight = None
+    if opts.flight is not None:   # first: it keeps the graph as Dynamo gave it, for a replay
+        from . import flight_pass
+
+        flight = flight_pass.instrument(gm, opts, graph_id, inner_has_aot=hooked)
     plan = probe_pass.ProbePlan.build(opts, graph_id, inner_has_aot=hooked)
     if not hooked:
         probe_pass.warn_aten_without_aot(plan, opts.inner_name)
     sites = probe_pass.insert_probes(gm, plan, aten_level=False)
+    compiled = _compile_probed(gm, example_inputs, opts, plan, sites)
+    return compiled if flight is None else flight_pass.wrap(compiled, flight)
+
+
+def _compile_probed(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options,
+                    plan: probe_pass.ProbePlan, sites: list) -> Callable[..., Any]:
+    hooked = plan.inner_has_aot
     if opts.inner == "eager":
         return probe_pass.direct_probe_calls(gm).forward
     if not hooked:

@@ -64,6 +64,7 @@ _MODULES = {
     "compile_stop": "dynstep.step.compile_stop", "stepper": "dynstep.step.stepper",
     "selectors": "dynstep.graph.selectors", "sessions": "dynstep.probe.sessions",
     "storage": "dynstep.probe.storage", "records": "dynstep.core.records",
+    "flight": "dynstep.flight",   # dynstep.flight.watch(), .dump(), .replay()
 }
 
 if TYPE_CHECKING:

@@ -204,3 +204,17 @@ def test_compiler_bisector_pieces_the_root_cause_drives():
         lowering.lowerings[tanh] = original
     assert (found.backend, found.subsystem, found.op) == ("inductor", "lowerings", "aten.tanh"), found
     assert CompilerBisector.bisection_enabled is False and CompilerBisector.in_process_cache is None
+
+
+def test_what_the_flight_recorder_reads():
+    """dynstep/_compat/flight.py: a tensor's version counter, Inductor's fallback_random."""
+    import torch._inductor.config as inductor_config
+
+    t = torch.zeros(3)
+    before = _compat.tensor_version(t)
+    t.add_(1)
+    assert _compat.tensor_version(t) == before + 1
+    saved = inductor_config.fallback_random
+    with _compat.inductor_fallback_random():
+        assert inductor_config.fallback_random is True
+    assert inductor_config.fallback_random == saved

@@ -12,6 +12,7 @@ plain data or a small wrapper (`TraceFrame`, `GuardEntry`); where a private obje
     trace      the structured trace (TORCH_TRACE, tlparse): listening to it, writing artifacts into it
     native     mixed-mode debugging: Inductor's provenance, the dispatcher's kernel table, fake replay
     distributed  the default process group's store and collective timeout (dynstep.jobs)
+    flight     tensor version counters, Inductor's fallback_random (dynstep.flight)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .backend import (WRAPPER_CODEGEN_MODULE, aot_eager_with_graph_hooks, extern
                        inductor_plain, inductor_with_graph_hooks, register_wrapper_codegen, run_and_get_code,
                        wrapper_import)
 from .distributed import default_store, pg_timeout, set_pg_timeout
+from .flight import inductor_fallback_random, tensor_version
 from .trace import TRACE_LOGGER, TraceRecord, add_listener, file_tracing, listening, trace_artifact, trace_handle
 from .native import (CompiledGraphFacts, aten_ops_of_node, dispatcher_kernel, inductor_provenance, op_has_schema,
                      returns_view)
@@ -42,12 +44,14 @@ __all__ = [
     "comptime_frame", "comptime_local", "comptime_translator", "current_compile_id", "default_store", "dispatcher_kernel",
     "dynamo_output_codes", "effect_of", "extern_kernel_args", "fake_of", "file_tracing", "frame_value_stack",
     "function_of_variable", "graph_breaks_so_far", "guard_entries", "guard_module_constant", "has_kernel",
-    "inductor_cache_dir", "inductor_codegen_loaded", "inductor_config_for_mode", "inductor_output_code",
+    "inductor_cache_dir", "inductor_codegen_loaded", "inductor_config_for_mode", "inductor_fallback_random",
+    "inductor_output_code",
     "inductor_plain", "inductor_provenance", "inductor_with_graph_hooks", "input_local_name", "is_fake", "is_op",
     "is_op_overload", "is_tensor_variable", "listening", "lookup_backend", "op_has_schema", "original_code",
     "pg_timeout", "print_options", "python_constant", "qualified_name", "realize", "recompile_reason", "recompile_reasons",
     "register_dynamo_bytecode_hook", "register_ordered_effect", "register_wrapper_codegen",
     "restore_print_options", "returns_view", "run_and_get_code", "set_dynamo_code_callback", "set_pg_timeout", "shape_guards",
-    "symbolic_value", "through_dynamo", "trace_artifact", "trace_handle", "tree_leaves", "with_effects_op",
+    "symbolic_value", "tensor_version", "through_dynamo", "trace_artifact", "trace_handle", "tree_leaves",
+    "with_effects_op",
     "wrap_dynamo_compiler", "wrapper_import",
 ]

@@ -11,6 +11,7 @@ editing it (lists from the environment are added to the call's lists):
     DYNSTEP_STEP=1 (step points everywhere, stop at the first node)  DYNSTEP_FRONTEND=repl|script|pdb
     DYNSTEP_COMMANDS="p value.mean(); s; c"  (scripted commands; when they run out: continue)
     DYNSTEP_RANKS=0|1,3|all  (a distributed job: which ranks pause; the others wait; docs/distributed.md)
+    DYNSTEP_FLIGHT=DIR  (the flight recorder, dumps under DIR; DYNSTEP_FLIGHT_STEPS/_ON/_SELECT/_INPUTS: docs/flight.md)
 
 Every DYNSTEP_* variable, superstep option or not, has one row in `ENV_VARS` (its kind, the values
 it takes, what it does); `check_environment()` checks them all at start-up with the variable's name in
@@ -30,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import OptionsError
+from .flight_options import DEFAULT_STEPS, MAX_STEPS, FlightOptions, parse_flight
 
 ACTIONS = ("summary", "record", "print", "nan")
 NAN_MODES = ("raise", "stop", "warn")
@@ -54,11 +56,12 @@ class Options:
     commands: str | None = None
     step: bool = False
     ranks: str | tuple[int, ...] | None = None   # "all", rank numbers, or None (rank 0)
+    flight: FlightOptions | None = None          # the flight recorder (core/flight_options.py)
 
     @property
     def transparent(self) -> bool:
         """True when superstep has nothing to add and hands the graph over untouched."""
-        return not (self.probe or self.pause or self.diff or self.nan or self.step)
+        return not (self.probe or self.pause or self.diff or self.nan or self.step or self.flight)
 
     @property
     def inner_name(self) -> str:
@@ -90,6 +93,7 @@ class Options:
         values.update(_front(given.get("frontend", env.get("DYNSTEP_FRONTEND") or None),
                              given.get("commands", env.get("DYNSTEP_COMMANDS") or None)))
         values["ranks"] = parse_ranks(given.get("ranks", env.get("DYNSTEP_RANKS") or None))
+        values["flight"] = parse_flight(given.get("flight"), environ=env, set_in_call="flight" in given)
         opts = cls(**values)
         if "nan" in opts.actions and opts.nan is None:
             opts = dataclasses.replace(opts, nan="raise")
@@ -196,6 +200,14 @@ ENV_VARS = (
     EnvVar("DYNSTEP_CACHE_DIR", "path", "a directory", "where native builds are cached (default ~/.cache/dynstep)"),
     EnvVar("DYNSTEP_BUILD_WAIT", "seconds", "seconds, 0 to 86400 (default 300)",
            "how long to wait for another process's native build", high=86400),
+    EnvVar("DYNSTEP_FLIGHT", "text", "1, 0, or a directory", "the flight recorder, dumps under DIR (`flight`)"),
+    EnvVar("DYNSTEP_FLIGHT_STEPS", "int", f"1 to {MAX_STEPS} (default {DEFAULT_STEPS})",
+           "steps a flight dump keeps before its trigger", low=1, high=MAX_STEPS),
+    EnvVar("DYNSTEP_FLIGHT_ON", "text", "nonfinite, exception, signal, spike:NAME[:FACTOR] (comma-separated)",
+           "what makes the flight recorder dump"),
+    EnvVar("DYNSTEP_FLIGHT_SELECT", "selectors", "selectors, comma-separated (default *)",
+           "which values the flight recorder watches"),
+    EnvVar("DYNSTEP_FLIGHT_INPUTS", "bytes", "bytes (512M default; 0: none)", "graph inputs kept for a flight replay"),
     EnvVar("DYNSTEP_DAP", "address", "PORT or HOST:PORT", "serve the Debug Adapter Protocol from the first compile"),
     EnvVar("DYNSTEP_DAP_WAIT", "flag", "1/0", "with DYNSTEP_DAP: wait until a client has attached"),
     EnvVar("DYNSTEP_DAP_TOKEN", "text", "a token", "the token a client's attach must give"),
@@ -298,6 +310,7 @@ def check_environment(environ: Mapping[str, str] | None = None) -> list[str]:
         close = difflib.get_close_matches(name, list(ENV), n=1, cutoff=0.85)
         if close:
             notes.append(f"unknown environment variable {name} (did you mean {close[0]}?); ignored")
+    parse_flight(True, environ=env)   # DYNSTEP_FLIGHT and DYNSTEP_FLIGHT_* (checked as if the flight were on)
     return notes
 
 

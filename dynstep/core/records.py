@@ -67,6 +67,7 @@ class Snapshot:
     rank: int = 0        # the rank of a distributed job that recorded it (0 in one process)
     world_size: int = 1
     identity: str = ""   # the stable node identity (dynstep.graph.identity; docs/compare.md)
+    step: int = -1       # the training step of a flight recorder's dump (dynstep.flight); -1 elsewhere
 
     @property
     def hit(self) -> tuple:

@@ -51,6 +51,8 @@ class Site:
     frames: tuple[str, ...] = ()  # "path:line" of every user frame, outermost first
     hand: HandConfig | None = None   # set for hand-placed probes only
     identity: str = ""          # the node's stable identity (dynstep.graph.identity), "" if not computed
+    owner: str = ""             # who collects its hits: "" the sessions; "flight" the flight recorder (own sink,
+                                # its ring of `capacity` stats, a non-finite hit handed over, not raised)
 
 
 class SiteRegistry:

@@ -18,6 +18,9 @@
     dynstep vscode [--cpp]               .vscode/launch.json: Python through dynstep, a gdb attach for C++
     dynstep report RECORDING [-o HTML]   a page with plots, the first NaN, graphs, graph breaks, all hits;
                                          --json FILE, --tensorboard DIR, --tlparse TRACE_DIR, --select SEL
+    dynstep run --flight [DIR] SCRIPT    the flight recorder: the last steps' statistics dumped under DIR on
+                                         a NaN/Inf, a spike, an exception, SIGTERM (docs/flight.md)
+    dynstep flight replay DUMP           re-run a dump's graph call: every node probed, eager vs compiled
 
 Each verb is a function `cmd_<verb>(args) -> (ok, message)`; only `main()` prints the message
 and exits, so the verbs can be tested in-process and through a subprocess alike.
@@ -64,13 +67,17 @@ def cmd_doctor(args: argparse.Namespace) -> Result:
 
 def cmd_run(args: argparse.Namespace) -> Result:
     """Run a script or module with every torch.compile routed through superstep (pause, step, probe)."""
+    from .flight_cli import flight_overrides
     from .runner import run
 
     target = args.module or args.script
     if not target:
         return False, "dynstep run: give a script (dynstep run train.py) or a module (dynstep run -m pkg.train)", 2
     script_args = list(args.args) if args.module is None else [a for a in (args.script, *args.args) if a]
-    overrides = overrides_of(args)
+    try:
+        overrides = {**overrides_of(args), **flight_overrides(args)}
+    except ValueError as exc:
+        return False, f"dynstep run: {exc}", 2
     problem = check_overrides(overrides)
     if problem:
         return False, f"dynstep run: {problem}", 2
@@ -148,6 +155,13 @@ def _diff_script(args: argparse.Namespace, script: str, backend: Any):
     return collector.report(), script_exit
 
 
+def cmd_flight(args: argparse.Namespace) -> Result:
+    """The flight recorder's dumps: `dynstep flight replay DUMP` re-runs the graph call a dump kept."""
+    from .flight_cli import cmd_flight as run_flight
+
+    return run_flight(args)
+
+
 def cmd_report(args: argparse.Namespace) -> Result:
     """Write a recording's report: an HTML page with plots, the first NaN, graphs and graph breaks."""
     from .report_cli import report
@@ -200,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import compare_cli
 
     compare_cli.add_arguments(sub.add_parser("compare", help=cmd_compare.__doc__))
+    from .flight_cli import add_arguments as add_flight
+
+    add_flight(sub.add_parser("flight", help=cmd_flight.__doc__))
     return parser
 
 
@@ -231,6 +248,7 @@ VERBS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "diff": cmd_diff,
     "report": cmd_report,
     "compare": cmd_compare,
+    "flight": cmd_flight,
 }
 
 
@@ -249,7 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     wiring.install()
     from .jobs_cli import split_launcher
 
-    argv, launcher_args = split_launcher(sys.argv[1:] if argv is None else argv)
+    from .flight_cli import bare_flight
+
+    argv, launcher_args = split_launcher(bare_flight(list(sys.argv[1:] if argv is None else argv)))
     args = build_parser().parse_args(argv)
     if launcher_args is not None:   # torchrun's own options are not dynstep's
         args.args = launcher_args

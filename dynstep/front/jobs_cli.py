@@ -164,4 +164,8 @@ def environment(overrides: Mapping[str, Any], env: Mapping[str, str]) -> dict[st
             out[f"DYNSTEP_{flag.upper()}"] = "1"
     if overrides.get("ranks") is not None:
         out["DYNSTEP_RANKS"] = str(overrides["ranks"])
+    if overrides.get("flight"):   # --flight DIR: every rank's recorder, dumps named by rank in DIR
+        from .flight_cli import flight_environment
+
+        out.update(flight_environment(overrides["flight"]))
     return out

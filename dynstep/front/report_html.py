@@ -25,6 +25,7 @@ from ..report.model import Panel, RunReport
 from ..report.records import CompileEvent, GraphPlan, PlanRow
 from . import report_charts as charts
 from .report_assets import CSS, JS
+from .report_leadup import section as leadup_section
 from .report_text import function_name, summary_rows
 
 MAX_PLAN_ROWS = 300
@@ -34,11 +35,12 @@ HIT_COLUMNS = ("#", "call", "kind", "graph", "node", "op", "module", "source", "
 
 def render(report: RunReport, *, tlparse: str = "") -> str:
     points: dict[str, Any] = {}
-    body = "\n".join([_banners(report), _summary(report, tlparse), _plots(report, points), _events(report),
-                      _graphs(report), _hits_section(), _sources(report)])
+    body = "\n".join([_banners(report), leadup_section(report), _summary(report, tlparse), _plots(report, points),
+                      _events(report), _graphs(report), _hits_section(), _sources(report)])
     digest = base64.b64encode(hashlib.sha256(JS.encode()).digest()).decode()
     csp = f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:"
-    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (("summary", "Summary"), ("plots", "Plots"),
+    lead = (("leadup", "Lead-up"),) if report.leadup is not None else ()
+    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (*lead, ("summary", "Summary"), ("plots", "Plots"),
                   ("events", "Graph breaks &amp; recompiles"), ("graphs", "Graphs"), ("hits", "Hits"),
                   ("sources", "Source lines")))
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -41,6 +41,11 @@ def show_report(report: RunReport, *, wrote: Sequence[tuple[str, str]] = (), con
     out.print(table)
     for problem in report.problems:
         out.print(f"[yellow]problem:[/] {escape(problem)}", highlight=False)
+    if report.leadup is not None:
+        t, steps = report.leadup.trigger, report.leadup.steps
+        out.print(f"[bold]flight recorder:[/] {t.kind} at step {t.step}", end="")
+        out.print((f", {t.where}" if t.where else "") + (f": {t.reason}" if t.reason else "")
+                  + f" (steps {steps[0]}..{steps[-1]} in the dump)", markup=False, highlight=False, soft_wrap=True)
     if report.first_nonfinite is not None:
         out.print("[bold red]first NaN/Inf:[/] ", end="")
         out.print(nonfinite_line(report.first_nonfinite), markup=False, highlight=False)

@@ -232,12 +232,23 @@ def _run_main(target: str, module: bool) -> int:
     except KeyboardInterrupt:
         print("KeyboardInterrupt", file=sys.stderr)
         return 130
-    except BaseException:
+    except BaseException as exc:
+        _flight_exception(exc)
         traceback.print_exc()
         return 1
     finally:
         sys.stdout.flush()
     return 0
+
+
+def _flight_exception(exc: BaseException) -> None:
+    """The script ended with an exception: the flight recorder's `exception` trigger (sys.excepthook,
+    which it also hooks, is not reached under `dynstep run`)."""
+    from ..flight import current
+
+    recorder = current()
+    if recorder is not None and isinstance(exc, Exception):
+        recorder.on_exception(exc)
 
 
 def _exit_code(code: object) -> int:

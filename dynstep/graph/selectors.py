@@ -153,12 +153,24 @@ def _module_outputs(nodes: list[torch.fx.Node], rx: re.Pattern[str]):
             inside = set(run)
             for n in run:
                 # dynstep's own nodes (pauses placed before probes) are not uses of the value
-                after = [u for u in n.users if u not in inside and not gi.is_dynstep_node(u)]
+                after = [u for u in _uses(n) if u not in inside and not gi.is_dynstep_node(u)]
                 if not after or not gi.tensor_leaves(n):
                     continue
                 if all(u.op == "output" for u in after) and gi.stores_state(n):
                     continue
                 out.append((n, path, gi.source(n)[0]))
+    return out
+
+
+def _uses(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The node's users, looking through gradient taps (another probe pass's `grad_tap` passes the
+    value on to the model: its users are the value's uses)."""
+    out = []
+    for user in node.users:
+        if user.op == "call_function" and str(user.target) == "dynstep.grad_tap.default":
+            out += _uses(user)
+        else:
+            out.append(user)
     return out
 
 

@@ -39,6 +39,7 @@ from ..graph.filter import filter_records
 from ..graph.identity import fill_identities
 from ..jobs.paths import rank_dirs, rank_others
 from ..report.compile_log import Entry
+from ..report.flight_records import FlightInfo, Trigger, flight_from_json
 from ..report.records import CompileEvent, GraphPlan, RunInfo, from_json
 from .files import read_regular as _read_regular
 from .files import what_is
@@ -55,13 +56,21 @@ class Recording:
 
     def __init__(self, snapshots: list[Snapshot], path: Path, problems: tuple[str, ...] = (), *,
                  run: RunInfo | None = None, compile: tuple[Entry, ...] = (),
-                 lazy: dict[tuple, Callable[[], torch.Tensor | None]] | None = None) -> None:
+                 lazy: dict[tuple, Callable[[], torch.Tensor | None]] | None = None,
+                 flight: FlightInfo | None = None) -> None:
         self.path = path
         self._snaps = snapshots
         self.problems = problems
         self.run = run
         self.compile = compile
         self._lazy = lazy or {}
+        self.flight = flight      # a flight recorder's dump: its trigger and window (flight.json), else None
+
+    @property
+    def trigger(self) -> Trigger | None:
+        """Why a flight recorder's dump was written (kind, step, node, module, source, graph, phase);
+        None for any other recording."""
+        return self.flight.trigger if self.flight is not None else None
 
     def tensor_of(self, snapshot: Snapshot) -> torch.Tensor | None:
         """A snapshot's tensor, read now when the recording was loaded with `tensors=False` (None: the
@@ -151,11 +160,23 @@ def _load_one(path: Path, tensors: bool) -> Recording:
     snaps = fill_identities(snaps)   # hits recorded before identities existed get one from their fields
     run = _run(path / "run.json", problems)
     compile = tuple(_compile(path / "compile.jsonl", problems))
+    flight = _flight(path / "flight.json", problems)
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         warnings.warn(f"dynstep.load({str(path)!r}): {len(snaps)} snapshot(s) loaded, {len(problems)} problem(s): "
                       f"{shown} (all in Recording.problems)", RuntimeWarning, stacklevel=3)
-    return Recording(snaps, path, tuple(problems), run=run, compile=compile, lazy=lazy)
+    return Recording(snaps, path, tuple(problems), run=run, compile=compile, lazy=lazy, flight=flight)
+
+
+def _flight(file: Path, problems: list[str]) -> FlightInfo | None:
+    """flight.json of a flight recorder's dump (dynstep.flight), or None for any other recording."""
+    if not file.exists():
+        return None
+    try:
+        return flight_from_json(json.loads(_read_regular(file)))
+    except (OSError, ValueError) as exc:
+        problems.append(f"flight.json cannot be read ({exc}); the trigger is left out")
+        return None
 
 
 def _run(file: Path, problems: list[str]) -> RunInfo | None:
@@ -256,7 +277,7 @@ def _snapshot(meta: Any, chunks: "_Chunks") -> Snapshot:
         raise _Invalid(f"field 'shape' must be a list of non-negative integers, got {shape!r}")
     values["shape"] = tuple(shape)
     values["stats"] = _stats(meta.get("stats"))
-    for name, default in (("site", -1), ("seq", 0), ("rank", 0), ("world_size", 1)):
+    for name, default in (("site", -1), ("seq", 0), ("rank", 0), ("world_size", 1), ("step", -1)):
         values[name] = _field(meta, name, int, default)
     values["source_text"] = _field(meta, "source_text", str, "")
     values["identity"] = _field(meta, "identity", str, "")   # older recordings: filled in by _load_one

@@ -19,6 +19,7 @@ from types import ModuleType
 from ..core.options import env_value
 from ..core.records import Stats
 from ..core.sites import SITES, Site
+from ..jobs.identity import rank_world
 from . import runtime
 
 _native: ModuleType | None = None
@@ -121,7 +122,7 @@ def action_bits(site: Site) -> int:
     native = _native
     assert native is not None
     bits = native.ACTION_BITS
-    mask = bits["python"] if _immediate and site.hand is None else 0
+    mask = bits["python"] if _immediate and site.hand is None and not site.owner else 0   # owners have sinks
     for action in site.actions:
         mask |= bits[action] if action in NATIVE_ACTIONS else bits["python"]
     if "nan" in site.actions:
@@ -159,7 +160,8 @@ def register_native(site: Site) -> None:
     native = _native
     if native is None or runtime.is_closed(site.id):
         return
-    capacity = ring_slots(site) if "record" in site.actions else 1024
+    # a stats-only site keeps 1024 hits natively, an owned one (the flight recorder) the ring it asked for
+    capacity = ring_slots(site) if "record" in site.actions else (site.capacity if site.owner else 1024)
     every = site.hand.every if site.hand is not None else 1
     native.register_site(site.id, action_bits(site), capacity, every)
     if site.hand is not None and site.hand.expected is not None:
@@ -173,8 +175,10 @@ def drain_native(site_id: int | None = None) -> int:
     if native is None:
         return 0
     entries, dropped = native.drain(-1 if site_id is None else site_id)
+    where = rank_world()
     for sid, seq, call, thread, numbers, shape, dtype, tensor, device in entries:
-        snap = runtime.snapshot_for(SITES.get(sid), call, tuple(shape), dtype, device, Stats(*numbers), tensor, seq)
+        snap = runtime.snapshot_for(SITES.get(sid), call, tuple(shape), dtype, device, Stats(*numbers), tensor, seq,
+                                    where)
         runtime.deliver(snap, thread or None)  # 0: a CUDA hit harvested from the device ring: the drainer's sessions
     for sid, (ring, memory) in dropped.items():
         runtime.count_dropped(sid, ring, memory)

@@ -173,7 +173,7 @@ def _run_actions(x: torch.Tensor, site: Site, call: int, stats: Stats | None) ->
         _check(x, site.id, hand, stats, call)  # the native kernel did this itself
     if "nan" in acts:
         nan, inf = (stats.nan, stats.inf) if stats is not None else nonfinite_counts(x)
-        if nan or inf:
+        if (nan or inf) and not site.owner:   # an owned site hands the hit to its sink, which decides
             _nonfinite(site, nan, inf, x, call)
     if not observing or stats is None:
         return
@@ -195,8 +195,8 @@ def _run_actions(x: torch.Tensor, site: Site, call: int, stats: Stats | None) ->
 
 
 def snapshot_for(site: Site, call: int, shape: tuple[int, ...], dtype: str, device: str, stats: Stats,
-                 tensor: torch.Tensor | None, seq: int) -> Snapshot:
-    rank, world = rank_world()
+                 tensor: torch.Tensor | None, seq: int, where: tuple[int, int] | None = None) -> Snapshot:
+    rank, world = where or rank_world()   # `where`: (rank, world) found once for a whole drain
     return Snapshot(kind=site.kind, probe=site.probe, node=site.node, target=site.target,
                     module=site.module, source=site.source, graph=site.graph, call=call, shape=shape,
                     dtype=dtype, device=device, stats=stats, tensor=tensor, site=site.id, seq=seq,

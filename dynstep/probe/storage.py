@@ -56,7 +56,8 @@ FORMAT = "dynstep-recording"
 VERSION = 2
 READS = (1, 2)                      # versions this dynstep can load
 OWN_FILES = re.compile(r"^(manifest\.json|records\.jsonl|\.lock|chunk-[0-9]+(-[0-9]+)?\.safetensors(\.tmp)?"
-                       r"|run\.json(\.tmp)?|compile\.jsonl)$")
+                       r"|run\.json(\.tmp)?|compile\.jsonl"
+                       r"|flight\.json|replay\.json|replay\.safetensors)$")   # a flight recorder's dump (dynstep.flight)
 _writers: "weakref.WeakSet[Writer]" = weakref.WeakSet()
 
 
@@ -173,6 +174,30 @@ def save(snapshots: list[Snapshot], path: str | Path, *, run: RunInfo | None = N
             from safetensors.torch import save_file
 
             save_file(tensors, str(folder / "chunk-0-000001.safetensors"))
+        (folder / "records.jsonl").write_text("".join(lines), encoding="utf-8")
+
+    _install(path, fill)
+    return path
+
+
+def save_prepared(path: str | Path, lines: list[str], *, run: RunInfo | None = None,
+                  compile: list[Entry] | tuple[Entry, ...] = (), files: dict[str, bytes] | None = None) -> Path:
+    """Write a whole recording of stats-only snapshots whose records.jsonl lines the caller encoded
+    (the flight recorder's dump, dynstep/flight/writer.py), with files of its own beside them (names
+    OWN_FILES knows: flight.json, replay.json, replay.safetensors). Put in place like `save`."""
+    path = Path(path)
+    extra = dict(files or {})
+    foreign = [name for name in extra if not OWN_FILES.match(name) or name in ("manifest.json", "records.jsonl")]
+    if foreign:
+        raise StorageError(f"cannot add {foreign} to a recording: not a file a recording holds")
+
+    def fill(folder: Path) -> None:
+        _write_manifest(folder)
+        if run is not None:
+            _write_run(folder, run)
+        (folder / "compile.jsonl").write_text("".join(compile_line(e) for e in compile), encoding="utf-8")
+        for name, data in extra.items():
+            (folder / name).write_bytes(data)
         (folder / "records.jsonl").write_text("".join(lines), encoding="utf-8")
 
     _install(path, fill)

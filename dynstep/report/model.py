@@ -22,6 +22,7 @@ from ..jobs.compare import RankDifference, compare_ranks
 from ..graph import selectors as sel
 from ..graph.filter import snapshot_matches
 from .histogram import Histogram, histogram
+from .leadup import LeadUp, leadup_of
 from .records import CompileEvent, GraphPlan, RunInfo, dedupe
 
 STATS = ("min", "max", "mean", "std", "absmax")
@@ -131,6 +132,7 @@ class RunReport:
     rank: int | None = None             # a distributed job's recording: the rank drawn
     ranks: tuple[int, ...] = ()         # ... and every rank it holds
     rank_differences: tuple[RankDifference, ...] = ()   # hits where some rank differs from rank 0
+    leadup: LeadUp | None = None        # a flight recorder's dump: the steps before its trigger
 
     def source_key(self, source: str, path: str = "") -> str:
         """The anchor of a user line ("" when the report does not list it)."""
@@ -161,7 +163,7 @@ def build(recording: RecordingLike, *, select: Sequence[str] = (), max_panels: i
         rank, differences = None, ()
     hits = tuple(sorted((dataclasses.replace(s, tensor=None) if s.tensor is not None else s
                          for s in every), key=lambda s: s.seq))
-    bad = next((s for s in hits if s.stats.nan or s.stats.inf), None)
+    bad = _first_bad(recording, hits)
     panels = panels_of(hits)
     chosen = [p for p, snaps in panels if not selectors or any(snapshot_matches(s, x) for s in snaps
                                                                for x in selectors)]
@@ -179,7 +181,24 @@ def build(recording: RecordingLike, *, select: Sequence[str] = (), max_panels: i
                      events=dedupe([e for e in events if e.kind != "compile"]),
                      compiles=tuple(e for e in events if e.kind == "compile"), plans=plans,
                      sources=_sources(hits, events, plans), selected=tuple(select), rank=rank,
-                     ranks=ranks if rank is not None else (), rank_differences=differences)
+                     ranks=ranks if rank is not None else (), rank_differences=differences,
+                     leadup=_leadup(recording, hits))
+
+
+def _first_bad(recording: RecordingLike, hits: tuple[Snapshot, ...]) -> Snapshot | None:
+    """The first hit with a NaN/Inf; in a flight dump, the Inf of a value holding Inf from its first call on
+    (an attention mask) is by design and does not count, and a non-finite trigger names its own hit."""
+    info = getattr(recording, "flight", None)
+    by_design = set(info.inf_sites) if info is not None else set()
+    bad = next((s for s in hits if s.stats.nan or (s.stats.inf and s.site not in by_design)), None)
+    if info is not None and info.trigger.kind == "nonfinite":
+        bad = next((s for s in hits if s.seq == info.trigger.seq and s.site == info.trigger.site), bad)
+    return bad
+
+
+def _leadup(recording: RecordingLike, hits: tuple[Snapshot, ...]) -> LeadUp | None:
+    info = getattr(recording, "flight", None)   # a flight recorder's dump (dynstep.flight)
+    return leadup_of(info, hits) if info is not None else None
 
 
 def sel_matches(difference: RankDifference, selector: sel.Selector) -> bool:

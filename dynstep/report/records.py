@@ -177,6 +177,12 @@ def _decode(kind: Any, raw: Any, where: str) -> Any:
         if not isinstance(raw, str):
             raise ValueError(f"{where} must be a string, got {raw!r:.80}")
         return raw
+    if kind is float:   # JSON has no NaN: non-finite numbers are written as "nan", "inf", "-inf"
+        if isinstance(raw, str) and raw in ("nan", "inf", "-inf"):
+            return float(raw)
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise ValueError(f"{where} must be a number, got {raw!r:.80}")
+        return float(raw)
     raise TypeError(f"{where}: no JSON decoding for {kind!r}")   # a programming error, not bad input
 
 

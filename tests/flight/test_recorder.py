@@ -1,0 +1,148 @@
+"""The flight recorder on real torch.compile training runs (TinyGPT and a small regression MLP): what a
+dump names, what it holds, when nothing is written, and that its probes change no number."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import dynstep
+from dynstep.core.errors import OptionsError
+from dynstep.front.demo.model import make
+
+from .loops import regression, tiny
+
+K = 4
+
+
+def only_dump(path):
+    found = sorted(p for p in path.iterdir() if p.is_dir())
+    assert len(found) == 1, found
+    return dynstep.load(found[0])
+
+
+@pytest.mark.parametrize("inner", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_a_nan_planted_at_step_n_is_named_with_its_step_module_and_line(dumps, inner):
+    tiny(steps=9, nan_at=6, inner=inner, flight={"steps": K, "path": str(dumps)})
+    rec = only_dump(dumps)
+    t = rec.trigger
+    assert (t.kind, t.step, t.phase, t.graph) == ("nonfinite", 6, "forward", "forward[0/0]")
+    assert t.module == "blocks.1.mlp.fc" and t.source == "model.py:44" and t.node.startswith("linear")
+    assert t.source_text == "h = F.gelu(self.fc(x))" and "NaN" in t.reason
+    assert rec.flight.first_step == 6 - K and rec.flight.last_step == 6 and rec.flight.step_rule == "optimizer"
+    steps = sorted({s.step for s in rec.all()})
+    assert steps == list(range(6 - K, 7))                                    # K steps before it, and its own
+    values = {(s.graph, s.node) for s in rec.all() if s.kind == "value"}
+    grads = {(s.graph, s.node) for s in rec.all() if s.kind == "grad"}
+    assert len(values) > 50 and grads and grads <= values                    # every node, gradients beside
+    per_step = [sum(1 for s in rec.all() if s.step == k) for k in steps]
+    assert len(set(per_step)) == 1                                            # each step holds every site once
+    bad = [s for s in rec.all() if s.stats.nan]
+    assert min(bad, key=lambda s: s.seq).node == t.node and all(s.step == 6 for s in bad)
+
+
+def test_an_inf_in_a_data_batch_is_named_at_the_first_layer(dumps):
+    regression(steps=7, inf_at=5, flight={"steps": K, "path": str(dumps)})
+    t = only_dump(dumps).trigger
+    assert (t.kind, t.step, t.module, t.phase) == ("nonfinite", 5, "fc1", "forward")
+    assert t.source.startswith("loops.py:") and "Inf" in t.reason
+
+
+def test_with_no_trigger_nothing_is_written(dumps):
+    tiny(steps=6, flight={"steps": K, "path": str(dumps)})
+    recorder = dynstep.flight.current()
+    assert recorder.dumps == [] and recorder.pending is None
+    recorder.at_exit()                                                        # what atexit runs
+    assert not os.path.exists(dumps)
+
+
+def test_an_attention_mask_filled_with_inf_is_not_a_trigger(dumps):
+    """TinyGPT's attention fills its mask with -inf on every call: by design, from the first call on."""
+    tiny(steps=3, flight={"steps": K, "path": str(dumps)})
+    assert not os.path.exists(dumps)
+
+
+def test_a_loss_spike_rule_fires_and_names_the_first_node_that_jumped(dumps):
+    _, losses = tiny(steps=10, spike_at=7, flight={"steps": 6, "on": ["nonfinite", "spike:loss"], "path": str(dumps)})
+    assert losses[7] > 5 * losses[6]
+    rec = only_dump(dumps)
+    t = rec.trigger
+    assert (t.kind, t.step, t.name, t.value) == ("spike", 7, "loss", pytest.approx(losses[7]))
+    assert t.module == "head" and t.source == "model.py:76" and t.phase == "forward"
+    (watched,) = rec.flight.watched
+    assert watched.name == "loss" and watched.steps[-1] == 7 and watched.values[-1] == pytest.approx(losses[7])
+
+
+def test_an_exception_leaving_a_compiled_call_dumps_its_step(dumps):
+    with pytest.raises(Exception, match="index out of range"):
+        tiny(steps=8, bad_token_at=5, flight={"steps": K, "path": str(dumps)})
+    t = only_dump(dumps).trigger
+    assert t.kind == "exception" and t.step == 5 and "index out of range" in t.reason
+
+
+def test_a_manual_dump_and_a_step_per_compiled_call_without_an_optimizer(dumps):
+    torch._dynamo.reset()
+    model, idx = make(seed=0, layers=1)
+    cm = torch.compile(model, backend="superstep", options={"inner": "aot_eager", "flight": {"path": str(dumps)}})
+    with torch.no_grad():
+        for _ in range(5):
+            cm(idx)
+    path = dynstep.flight.dump()
+    rec = dynstep.load(path)
+    assert rec.trigger.kind == "manual" and rec.trigger.step == 4 and rec.flight.step_rule == "call"
+    assert sorted({s.step for s in rec.all()}) == [0, 1, 2, 3, 4]
+    assert {s.kind for s in rec.all()} == {"value"}                       # no backward ran
+
+
+def test_gradient_accumulation_keeps_k_steps_of_every_micro_batch(dumps):
+    tiny(steps=8, nan_at=7, accumulate=3, flight={"steps": K, "path": str(dumps)})
+    rec = only_dump(dumps)
+    assert rec.trigger.step == 7
+    site = rec.all()[0].site
+    calls = sorted(s.call for s in rec.all() if s.site == site)
+    assert calls == list(range(3 * (7 - K), 3 * 7 + 3))                   # K + 1 steps x 3 calls, none lost
+
+
+@pytest.mark.parametrize("inner", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_flight_probes_never_change_outputs_or_gradients(inner, dumps):
+    plain, plain_losses = tiny(steps=3, compile_kwargs={"backend": inner})
+    flown, flown_losses = tiny(steps=3, inner=inner, flight={"steps": K, "path": str(dumps)})
+    assert plain_losses == flown_losses
+    for (name, a), b in zip(plain.named_parameters(), flown.parameters()):
+        assert torch.equal(a, b), name                                     # bitwise, after 3 optimizer steps
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"steps": 0}, "'steps'"), ({"on": ["nonfinite", "bogus"]}, "unknown trigger rule 'bogus'"),
+    ({"on": ["spike:"]}, "spike:NAME"), ({"on": ["spike:loss:1"]}, "FACTOR > 1"), ({"color": 1}, "unknown key"),
+    ({"inputs": "lots"}, "'inputs'"), ("yes", "must be True, False or a mapping"), ({"select": []}, "'select'")])
+def test_bad_flight_options_say_what_was_expected(bad, match):
+    with pytest.raises(OptionsError, match=match):
+        dynstep.superstep(flight=bad)
+
+
+def test_a_bad_flight_selector_and_an_aten_selector_are_refused():
+    with pytest.raises(ValueError, match="flight"):
+        dynstep.superstep(flight={"select": ["modul:x"]})
+    model, idx = make(seed=0, layers=1)
+    cm = torch.compile(model, backend="superstep", options={"inner": "aot_eager", "flight": {"select": ["op:aten.mm"]}})
+    with pytest.raises(OptionsError, match="AOTAutograd"):
+        cm(idx)
+
+
+def test_the_flight_beside_a_users_probes_both_see_the_same_gradient(dumps):
+    """Two passes tap the same value's gradient: the second tap chains after the first, or it would
+    have no user and its gradient no probe."""
+    model, idx = make(seed=0, layers=1)
+    cm = torch.compile(model, backend="superstep", options={
+        "inner": "aot_eager", "probe": ["module:blocks.*.mlp"], "grads": True, "flight": {"path": str(dumps)}})
+    with dynstep.session() as s:
+        cm(idx).logsumexp(-1).mean().backward()
+    mine = {x.kind: x for x in s.records("module:blocks.0.mlp")}
+    assert set(mine) == {"value", "grad"}
+    flown = {x.kind: x for x in dynstep.load(dynstep.flight.dump()).all() if x.node == mine["value"].node}
+    assert set(flown) == {"value", "grad"}
+    for kind in ("value", "grad"):
+        assert flown[kind].stats == mine[kind].stats
