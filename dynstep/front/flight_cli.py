@@ -63,9 +63,9 @@ def flight_environment(spec: dict[str, Any]) -> dict[str, str]:
     out = {"DYNSTEP_FLIGHT": os.path.abspath(spec["path"])}
     if "steps" in spec:
         out["DYNSTEP_FLIGHT_STEPS"] = str(spec["steps"])
-    for key in ("on", "select"):
+    for key, name in (("on", "DYNSTEP_FLIGHT_ON"), ("select", "DYNSTEP_FLIGHT_SELECT")):
         if key in spec:
-            out[f"DYNSTEP_FLIGHT_{key.upper()}"] = ",".join(spec[key])
+            out[name] = ",".join(spec[key])
     return out
 
 
