@@ -310,7 +310,7 @@ def check_environment(environ: Mapping[str, str] | None = None) -> list[str]:
         close = difflib.get_close_matches(name, list(ENV), n=1, cutoff=0.85)
         if close:
             notes.append(f"unknown environment variable {name} (did you mean {close[0]}?); ignored")
-    parse_flight(True, environ=env)   # DYNSTEP_FLIGHT and DYNSTEP_FLIGHT_* (checked as if the flight were on)
+    parse_flight(True, environ=env)   # the flight variables together (checked as if the flight were on)
     return notes
 
 
