@@ -38,20 +38,7 @@ from .clock import StepClock
 from .hooks import Hooks
 from .inputs import InputKeeper
 from .ring import NATIVE_SLOT_BYTES, PYTHON_HIT_BYTES, SiteRing
-
-
-@dataclasses.dataclass
-class FlightGraph:
-    """A graph the flight recorder probes, and what a replay of one of its calls needs."""
-
-    graph: str
-    sites: tuple[int, ...]
-    replay: dict[str, Any] | None        # the graph as JSON (flight.graphio), None when it cannot travel
-    why_not: str                         # ... and why
-    attrs: dict[str, torch.Tensor]
-    rng: bool                            # it calls random ops
-    inner: str
-    mode: str | None
+from .source import FlightGraph
 
 
 class _Sink:

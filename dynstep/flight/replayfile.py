@@ -23,7 +23,7 @@ from ..core.errors import StorageError
 from ..report.flight_records import Trigger
 
 if TYPE_CHECKING:
-    from .recorder import FlightRecorder
+    from .source import DumpSource
 
 FORMAT = 1
 
@@ -46,7 +46,7 @@ class ReplayCall:
     notes: tuple[str, ...]
 
 
-def replay_files(recorder: "FlightRecorder", trigger: Trigger) -> tuple[dict[str, bytes], str]:
+def replay_files(recorder: "DumpSource", trigger: Trigger) -> tuple[dict[str, bytes], str]:
     from safetensors.torch import save
 
     graph = _graph_for(recorder, trigger)
@@ -72,7 +72,7 @@ def replay_files(recorder: "FlightRecorder", trigger: Trigger) -> tuple[dict[str
     return {"replay.json": json.dumps(meta).encode(), "replay.safetensors": save(tensors)}, ""
 
 
-def _graph_for(recorder: "FlightRecorder", trigger: Trigger) -> str | None:
+def _graph_for(recorder: "DumpSource", trigger: Trigger) -> str | None:
     kept = recorder.keeper.last
     if trigger.graph in kept:
         return trigger.graph

@@ -33,13 +33,13 @@ from .replayfile import replay_files
 
 if TYPE_CHECKING:
     from ..core.sites import Site
-    from .recorder import FlightRecorder
+    from .source import DumpSource
     from .ring import Hit
 
 STATS = ("min", "max", "mean", "std", "absmax")
 
 
-def write(recorder: "FlightRecorder", trigger: Trigger) -> Path:
+def write(recorder: "DumpSource", trigger: Trigger) -> Path:
     recorder.grow_rings()
     rings.drain_native()          # every hit the native rings hold, into the flight rings
     first = trigger.step - recorder.opts.steps
@@ -58,7 +58,7 @@ def write(recorder: "FlightRecorder", trigger: Trigger) -> Path:
         recorder.log_mark, graphs), files=files)
 
 
-def _window(recorder: "FlightRecorder", first: int, last: int) -> list[tuple["Site", "Hit", int]]:
+def _window(recorder: "DumpSource", first: int, last: int) -> list[tuple["Site", "Hit", int]]:
     step_of = recorder.clock.step_of
     out = []
     for ring in recorder.rings.values():
@@ -70,7 +70,7 @@ def _window(recorder: "FlightRecorder", first: int, last: int) -> list[tuple["Si
     return out
 
 
-def _named(recorder: "FlightRecorder", trigger: Trigger, hits: list) -> Trigger:
+def _named(recorder: "DumpSource", trigger: Trigger, hits: list) -> Trigger:
     """The node a trigger names: its own (non-finite), the first jump (spike), the first NaN (others)."""
     if trigger.node:
         return trigger
@@ -80,7 +80,7 @@ def _named(recorder: "FlightRecorder", trigger: Trigger, hits: list) -> Trigger:
     return triggers.first_nonfinite(trigger, hits, recorder.inf_sites())
 
 
-def _watched(recorder: "FlightRecorder", first: int) -> tuple[WatchSeries, ...]:
+def _watched(recorder: "DumpSource", first: int) -> tuple[WatchSeries, ...]:
     out = []
     for name, history in recorder.watched.items():
         kept = [(s, v) for s, v in history if s >= first]
