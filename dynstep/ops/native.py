@@ -159,8 +159,8 @@ def _load_or_build() -> tuple[ModuleType | None, NativeStatus]:
         _check_writable(cache_dir())
     except OSError as exc:
         status = native_failures.unwritable(cache_dir(), exc)
-        warnings.warn(f"dynstep: native probe kernel not built, using the Python kernel: {status.reason}",
-                      RuntimeWarning, stacklevel=5)
+        warnings.warn(f"dynstep: native probe kernel not built, using the Python kernel: {status.reason}; "
+                      f"{status.fix}", RuntimeWarning, stacklevel=5)
         return None, status
     failures: list[NativeStatus] = []
     for variant in _variants():
