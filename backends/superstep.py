@@ -48,9 +48,15 @@ def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *
     """
     try:
         opts = checked(Options.from_mapping(options, mode=mode))
-        return compile_graph(gm, example_inputs, opts)
+        with pause_pass.commands_of(_commands_owner(options)):
+            return compile_graph(gm, example_inputs, opts)
     except (OptionsError, SelectorError) as exc:
         raise _compat.through_dynamo(exc, inspect.currentframe()) from None
+
+
+def _commands_owner(options: Mapping[str, Any] | None) -> object:
+    """The torch.compile call that owns scripted `commands` given in its options (None: from DYNSTEP_COMMANDS)."""
+    return _compat.compile_call() if options and options.get("commands") else None
 
 
 def checked(opts: Options) -> Options:
@@ -70,13 +76,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
 
         serve_from_env()
     if opts.diff:
-        return _with_diff(gm, example_inputs, opts)
+        with gi.naming(gm):
+            return _with_diff(gm, example_inputs, opts)
     if (opts.probe or opts.nan) and not switch.specialize():
         # dynstep.probes.disable(): this variant has no probe at all (a guard recompiles on a flip)
         opts = dataclasses.replace(opts, probe=(), nan=None)
     if opts.transparent and not pause_pass.wants_pauses(opts):
         return _plain(gm, example_inputs, opts)
-    with _kernel_provenance(opts):
+    with _kernel_provenance(opts), gi.naming(gm):
         return _compile_instrumented(gm, example_inputs, opts)
 
 
@@ -217,9 +224,10 @@ def superstep(**options: Any) -> Callable[..., Any]:
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
         try:
-            if kwargs.get("mode") and not opts.mode:
-                return compile_graph(gm, example_inputs, Options.from_mapping({**options, "mode": kwargs["mode"]}))
-            return compile_graph(gm, example_inputs, opts)
+            with pause_pass.commands_of(_commands_owner(options)):
+                if kwargs.get("mode") and not opts.mode:
+                    return compile_graph(gm, example_inputs, Options.from_mapping({**options, "mode": kwargs["mode"]}))
+                return compile_graph(gm, example_inputs, opts)
         except (OptionsError, SelectorError) as exc:
             raise _compat.through_dynamo(exc, inspect.currentframe()) from None
 

@@ -164,3 +164,23 @@ def test_distributed_internals_the_coordinator_uses_exist():
 
     assert callable(c10d._get_default_store) and callable(c10d._set_pg_timeout)
     assert callable(c10d._get_default_group)
+
+
+def test_what_module_paths_read_from_dynamo():
+    """graph/roots.py: Dynamo's root frame while a backend runs, the compiled model on the stack, the
+    torch.compile call's backend wrapper, and the wrappers unwrapped (dynstep/_compat/roots.py)."""
+    seen = {}
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+
+    def backend(gm, example_inputs):
+        frame = _compat.compiling_frame()
+        seen["frame"] = frame is not None and "fn" in frame.f_locals and frame.code.co_name
+        seen["model"] = _compat.compiled_model()
+        seen["call"] = type(_compat.compile_call()).__name__
+        return gm.forward
+
+    compiled = torch.compile(model, backend=backend)
+    compiled(torch.ones(1, 2))
+    assert seen["frame"] and seen["model"] is model and seen["call"] == "_TorchCompileWrapper"
+    assert _compat.unwrap_model(compiled) is model
+    assert _compat.compiling_frame() is None and _compat.compile_call() is None

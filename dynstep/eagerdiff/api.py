@@ -43,6 +43,7 @@ class Collector:
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Callable[..., Any]:
         name = gi.graph_id(gm, _compat.current_compile_id())
+        gi.name_modules(gm)   # module paths as the user writes them, read when the graph is diffed
         calls = [0]
 
         def run(*inputs: Any) -> Any:
