@@ -54,9 +54,10 @@ def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *
         raise _compat.through_dynamo(exc, inspect.currentframe()) from None
 
 
-def _commands_owner(options: Mapping[str, Any] | None) -> object:
-    """The torch.compile call that owns scripted `commands` given in its options (None: from DYNSTEP_COMMANDS)."""
-    return _compat.compile_call() if options and options.get("commands") else None
+def _commands_owner(options: Mapping[str, Any] | None) -> bool:
+    """Scripted `commands` given in a torch.compile call's options belong to that call (Stepper.configure);
+    from DYNSTEP_COMMANDS (`dynstep run --commands`) they are one script for the run."""
+    return bool(options and options.get("commands"))
 
 
 def checked(opts: Options) -> Options:

@@ -168,7 +168,7 @@ def test_distributed_internals_the_coordinator_uses_exist():
 
 def test_what_module_paths_read_from_dynamo():
     """graph/roots.py: Dynamo's root frame while a backend runs, the compiled model on the stack, the
-    torch.compile call's backend wrapper, and the wrappers unwrapped (dynstep/_compat/roots.py)."""
+    wrappers unwrapped; the stepper: which torch.compile call runs a graph (dynstep/_compat/roots.py)."""
     seen = {}
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
 
@@ -176,11 +176,14 @@ def test_what_module_paths_read_from_dynamo():
         frame = _compat.compiling_frame()
         seen["frame"] = frame is not None and "fn" in frame.f_locals and frame.code.co_name
         seen["model"] = _compat.compiled_model()
-        seen["call"] = type(_compat.compile_call()).__name__
-        return gm.forward
+
+        def run(*args):
+            seen["call"] = _compat.running_compile()
+            return gm.forward(*args)
+        return run
 
     compiled = torch.compile(model, backend=backend)
     compiled(torch.ones(1, 2))
-    assert seen["frame"] and seen["model"] is model and seen["call"] == "_TorchCompileWrapper"
+    assert seen["frame"] and seen["model"] is model and seen["call"] is compiled.dynamo_ctx
     assert _compat.unwrap_model(compiled) is model
-    assert _compat.compiling_frame() is None and _compat.compile_call() is None
+    assert _compat.compiling_frame() is None and _compat.running_compile() is None

@@ -32,7 +32,7 @@ from .backend import (WRAPPER_CODEGEN_MODULE, aot_eager_with_graph_hooks, extern
                        inductor_plain, inductor_with_graph_hooks, register_wrapper_codegen, run_and_get_code,
                        wrapper_import)
 from .distributed import default_store, pg_timeout, set_pg_timeout
-from .roots import RootFrame, compile_call, compiled_model, compiling_frame, unwrap_model
+from .roots import RootFrame, compiled_model, compiling_frame, running_compile, unwrap_model
 from .trace import TRACE_LOGGER, TraceRecord, add_listener, file_tracing, listening, trace_artifact, trace_handle
 from .native import (CompiledGraphFacts, aten_ops_of_node, dispatcher_kernel, inductor_provenance, op_has_schema,
                      returns_view)
@@ -40,7 +40,7 @@ from .native import (CompiledGraphFacts, aten_ops_of_node, dispatcher_kernel, in
 __all__ = [
     "BYTECODE_HOOKS", "CompiledGraphFacts", "GuardEntry", "RootFrame", "TRACE_LOGGER", "TraceFrame", "TraceRecord",
     "WRAPPER_CODEGEN_MODULE", "add_listener", "aot_eager_with_graph_hooks", "aten_ops_of_node",
-    "bytecode_hook_missing", "bytecode_hooks_missing", "cache_entries", "call_op_in_trace", "compile_call", "compiled_model", "compiling_frame", "comptime",
+    "bytecode_hook_missing", "bytecode_hooks_missing", "cache_entries", "call_op_in_trace", "compiled_model", "compiling_frame", "comptime",
     "comptime_frame", "comptime_local", "comptime_translator", "current_compile_id", "default_store", "dispatcher_kernel",
     "dynamo_output_codes", "effect_of", "extern_kernel_args", "fake_of", "file_tracing", "frame_value_stack",
     "function_of_variable", "graph_breaks_so_far", "guard_entries", "guard_module_constant", "has_kernel",
@@ -49,7 +49,7 @@ __all__ = [
     "is_op_overload", "is_tensor_variable", "listening", "lookup_backend", "op_has_schema", "original_code",
     "pg_timeout", "print_options", "python_constant", "qualified_name", "realize", "recompile_reason", "recompile_reasons",
     "register_dynamo_bytecode_hook", "register_ordered_effect", "register_wrapper_codegen",
-    "restore_print_options", "returns_view", "run_and_get_code", "set_dynamo_code_callback", "set_pg_timeout", "shape_guards",
+    "restore_print_options", "returns_view", "running_compile", "run_and_get_code", "set_dynamo_code_callback", "set_pg_timeout", "shape_guards",
     "symbolic_value", "through_dynamo", "trace_artifact", "trace_handle", "tree_leaves", "unwrap_model", "with_effects_op",
     "wrap_dynamo_compiler", "wrapper_import",
 ]

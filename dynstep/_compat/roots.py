@@ -103,19 +103,20 @@ def compiled_model() -> Any:
     return None
 
 
-def compile_call() -> Any:
-    """The torch.compile call whose backend is running now (its backend wrapper), or None.
 
-    torch/__init__.py: torch.compile(..., backend=NAME_OR_CALLABLE, options=...) makes one
-    `_TorchCompileWrapper` per call, whose `__call__` hands every graph of that call to the backend
-    (also through DDPOptimizer, torch/_dynamo/backends/distributed.py)."""
-    import torch
+def running_compile() -> Any:
+    """The torch.compile call whose compiled code is running now (the innermost), or None.
 
-    wrapper = getattr(torch, "_TorchCompileWrapper", None)
+    torch/_dynamo/eval_frame.py: each torch.compile call makes one OptimizeContext (a
+    _TorchDynamoContext); calls into the compiled function or module go through its
+    `compile_wrapper`, whose closure holds it as `self`. Graphs Dynamo reuses from its cache for a
+    second torch.compile call with equal options still run under that second call's context."""
     frame = sys._getframe(1)
-    while frame is not None and wrapper is not None:
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, wrapper):
-            return owner
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "compile_wrapper" and code.co_filename.endswith("eval_frame.py"):
+            owner = frame.f_locals.get("self")
+            if owner is not None:
+                return owner
         frame = frame.f_back
     return None

@@ -66,6 +66,7 @@ class Snapshot:
     source_text: str = ""
     rank: int = 0        # the rank of a distributed job that recorded it (0 in one process)
     world_size: int = 1
+    modules: tuple[str, ...] = ()   # every module whose call returns the value (a `module:` probe), outermost first
 
     @property
     def hit(self) -> tuple:
@@ -85,6 +86,7 @@ class Snapshot:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "tensor"}
         out["stats"] = self.stats.to_dict()
         out["shape"] = list(self.shape)
+        out["modules"] = list(self.modules)
         return out
 
     @classmethod
@@ -93,6 +95,7 @@ class Snapshot:
         values = {k: v for k, v in meta.items() if k in known}
         values["stats"] = Stats(**{k: v for k, v in meta["stats"].items() if k in STAT_FIELDS})
         values["shape"] = tuple(meta["shape"])
+        values["modules"] = tuple(meta.get("modules") or ())
         values["tensor"] = tensor
         return cls(**values)
 

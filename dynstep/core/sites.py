@@ -50,6 +50,7 @@ class Site:
     user_name: str = ""         # the user's variable the node's value is assigned to, if known
     frames: tuple[str, ...] = ()  # "path:line" of every user frame, outermost first
     hand: HandConfig | None = None   # set for hand-placed probes only
+    modules: tuple[str, ...] = ()    # every module whose call returns the value, outermost first (module:)
 
 
 class SiteRegistry:

@@ -58,6 +58,7 @@ class Match:
     selector: Selector
     module: str
     source: str
+    modules: tuple[str, ...] = ()   # module: every module whose call returns this value, outermost first
 
 
 def parse(text: str) -> Selector:
@@ -113,8 +114,17 @@ def select(graph: torch.fx.Graph, selectors: Sequence[Selector], *, aten_level: 
     """Every (node, selector) a list of selectors picks, in graph order, without duplicates."""
     nodes = [n for n in graph.nodes if gi.is_value_node(n)]
     found: dict[tuple[torch.fx.Node, str], Match] = {}
+    returns: dict[torch.fx.Node, list[str]] | None = None
     for sel in selectors:
         if sel.aten_level != aten_level and sel.kind == "op":
+            continue
+        if sel.kind == "module":   # one value may be the return of several nested modules: one match
+            returns = module_returns(nodes) if returns is None else returns
+            rx = module_glob_regex(sel.pattern)
+            for node, paths in returns.items():
+                matched = [p for p in paths if rx.match(p)]
+                if matched:
+                    found.setdefault((node, sel.text), Match(node, sel, matched[-1], gi.source(node)[0], tuple(paths)))
             continue
         for node, module, src in _select_one(nodes, sel):
             found.setdefault((node, sel.text), Match(node, sel, module, src))
@@ -133,33 +143,42 @@ def _select_one(nodes: list[torch.fx.Node], sel: Selector):
         rx = module_glob_regex(sel.pattern)
         return [(n, gi.module_path(n), gi.source(n)[0]) for n in nodes
                 if any(rx.match(p) for p in gi.module_stack(n))]
-    if sel.kind == "module":
-        return _module_outputs(nodes, module_glob_regex(sel.pattern))
     return _line_results(nodes, sel.pattern, sel.line)
 
 
-def _module_outputs(nodes: list[torch.fx.Node], rx: re.Pattern[str]):
-    """For each call of a matching module: what it returns, as a forward hook sees it.
+def module_returns(nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, list[str]]:
+    """Each value some module call returns, as a forward hook sees it, with every such module (outermost
+    first: `mlp` and `mlp.down` when mlp returns down(...)), in graph order.
 
     A value the call returns is used after the call: by a later node, or (when the compiled function
     returns it as it is) only by the graph's output. A value that leaves only through state the call
     mutated — a KV cache's `self.keys = torch.cat(...)`, which Dynamo hands back as a graph output —
     is not a return, although it also reaches the output node.
     """
-    paths = sorted({p for n in nodes for p in gi.module_stack(n) if rx.match(p)})
-    out = []
-    for path in paths:
-        for run in _runs(nodes, lambda n, p=path: p in gi.module_stack(n)):
-            inside = set(run)
-            for n in run:
-                # dynstep's own nodes (pauses placed before probes) are not uses of the value
-                after = [u for u in n.users if u not in inside and not gi.is_dynstep_node(u)]
-                if not after or not gi.tensor_leaves(n):
-                    continue
-                if all(u.op == "output" for u in after) and gi.stores_state(n):
-                    continue
-                out.append((n, path, gi.source(n)[0]))
-    return out
+    out: dict[torch.fx.Node, list[str]] = {}
+    open_runs: dict[str, list[torch.fx.Node]] = {}
+    for n in nodes + [None]:     # one pass: a path's run ends at the first node outside that module
+        stack = gi.module_stack(n) if n is not None else ()
+        for path in [p for p in open_runs if p not in stack]:
+            _returns_of_run(path, open_runs.pop(path), out)
+        for path in stack:
+            open_runs.setdefault(path, []).append(n)
+    order = {n: i for i, n in enumerate(nodes)}
+    for paths in out.values():
+        paths.sort(key=lambda p: p.count("."))
+    return dict(sorted(out.items(), key=lambda kv: order[kv[0]]))
+
+
+def _returns_of_run(path: str, run: list[torch.fx.Node], out: dict[torch.fx.Node, list[str]]) -> None:
+    inside = set(run)
+    for n in run:
+        # dynstep's own nodes (pauses placed before probes) are not uses of the value
+        after = [u for u in n.users if u not in inside and not gi.is_dynstep_node(u)]
+        if not after or not gi.tensor_leaves(n):
+            continue
+        if all(u.op == "output" for u in after) and gi.stores_state(n):
+            continue
+        out.setdefault(n, []).append(path)
 
 
 def _runs(nodes: list[torch.fx.Node], pred) -> list[list[torch.fx.Node]]:

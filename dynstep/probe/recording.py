@@ -239,6 +239,10 @@ def _snapshot(meta: Any, chunks: "_Chunks") -> Snapshot:
     for name, default in (("site", -1), ("seq", 0), ("rank", 0), ("world_size", 1)):
         values[name] = _field(meta, name, int, default)
     values["source_text"] = _field(meta, "source_text", str, "")
+    modules = meta.get("modules", [])     # absent in recordings before issue 25
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise _Invalid(f"field 'modules' must be a list of module paths, got {modules!r}")
+    values["modules"] = tuple(modules)
     values["tensor"] = chunks.tensor(meta.get("tensor"))
     return Snapshot(**values)
 

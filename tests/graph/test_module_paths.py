@@ -153,3 +153,68 @@ def test_the_decorated_llama_forward_names_model_layers_and_pauses_there():
 ])
 def test_names_read_without_a_frame(fqn, path):
     assert roots.plain_path(fqn) == path
+
+
+class Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(8, 16)
+        self.down = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.down(self.up(x).relu())      # mlp's return is down's return
+
+
+class Layer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.mlp = Mlp()
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.norm(x + self.mlp(x))       # layer's return is norm's return
+
+
+@pytest.mark.parametrize("inner", ["aot_eager", "inductor"])
+def test_module_selector_keeps_a_child_whose_output_is_also_its_parents_output(inner):
+    """Issue 25 defect 2: `module:**` kept one match per node, named by the parent: records("module:mlp.down")
+    was empty although forward hooks see mlp.down return that value."""
+    model = Layer().eval()
+    want = hooked(model, X)
+    cm = torch.compile(model, backend="superstep", options={"inner": inner, "probe": ["module:**"],
+                                                            "actions": ["record"]})
+    with dynstep.session() as s, torch.no_grad():
+        cm(X)
+    for name in ("mlp", "mlp.down", "mlp.up", "norm"):
+        (snap,) = s.records(f"module:{name}")
+        torch.testing.assert_close(snap.tensor, want[name])
+    assert len(s.records()) == 3                         # one probe per value: up, down (= mlp), norm
+    (down,) = s.records("module:mlp.down")
+    assert down.modules == ("mlp", "mlp.down") and down.module == "mlp.down"
+    assert s.records("module:mlp") == s.records("module:mlp.down")
+
+
+def test_one_pause_at_a_value_two_modules_return_named_by_both(events):
+    from dynstep.core.events import Stopped
+
+    model = Layer().eval()
+    cm = torch.compile(model, backend="superstep", options={"inner": "aot_eager", "pause": ["module:mlp", "module:mlp.down"],
+                                                            "commands": "set value = value * 0; c"})
+    with torch.no_grad():
+        out = cm(X)
+        expected = model.norm(X)                   # mlp returned zeros
+    stops = [e for e in events if isinstance(e, Stopped)]
+    assert len(stops) == 1 and stops[0].site.modules == ("mlp", "mlp.down")
+    torch.testing.assert_close(out, expected)
+
+
+def test_recordings_keep_every_module_path_of_a_value(tmp_path):
+    model = Layer().eval()
+    cm = torch.compile(model, backend="superstep", options={"inner": "eager", "probe": ["module:mlp.down"],
+                                                            "actions": ["record"]})
+    with dynstep.session(path=tmp_path / "run.dynstep") as s, torch.no_grad():
+        cm(X)
+    rec = dynstep.load(tmp_path / "run.dynstep")
+    assert [r.modules for r in rec.records("module:mlp")] == [("mlp", "mlp.down")] == \
+        [r.modules for r in s.records("module:mlp")]
