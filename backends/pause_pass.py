@@ -138,11 +138,9 @@ def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 
 def _warn_unmatched(graph: torch.fx.Graph, chosen: list, matches: list, graph_id: str) -> None:
-    hit = {m.selector.text for m in matches}
-    for s in chosen:
-        if s.text not in hit:
-            warnings.warn(f"dynstep: in graph {graph_id} (no stop points there): "
-                          f"{sel.unmatched_message(graph, s, 'pause selector')}", UserWarning, stacklevel=3)
+    for where, s in sel.unmatched(graph, chosen, matches, aten_level=False):
+        warnings.warn(f"dynstep: in graph {graph_id} (no stop points there): "
+                      f"{sel.unmatched_message(where, s, 'pause selector')}", UserWarning, stacklevel=3)
 
 
 def _add_site(node: torch.fx.Node, plan: PausePlan, selector: str | None, last_of_line: set,

@@ -179,13 +179,10 @@ def _inherited_meta(node: torch.fx.Node) -> dict:
 
 
 def _warn_unmatched(graph, selectors, matches, plan: ProbePlan, aten_level: bool) -> None:
-    hit = {m.selector.text for m in matches}
-    for s in selectors:
-        if s.text in hit:
-            continue
+    for where, s in sel.unmatched(graph, selectors, matches, aten_level):
         if s.aten_level and not aten_level:
             continue
-        warnings.warn(f"dynstep: in graph {plan.graph_id}: {sel.unmatched_message(graph, s, 'selector')}",
+        warnings.warn(f"dynstep: in graph {plan.graph_id}: {sel.unmatched_message(where, s, 'selector')}",
                       UserWarning, stacklevel=2)
 
 

@@ -181,6 +181,10 @@ def _with_probes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: 
     if not hooked:
         return _plain(gm, example_inputs, opts)
     rewrite = functools.partial(probe_pass.rewrite_partitioned, plan=plan)
+    if opts.inner == "aot_eager" and _compat.fakifies_first_call():   # a piece of DDP's split graph
+        with _compat.real_first_call():   # its first call runs under fake tensors: probes as ops
+            return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
+                                            rewrite=lambda g, is_backward: rewrite(g, is_backward=is_backward))
     if opts.inner == "aot_eager":  # Python runs these graphs: no token per probe, no dispatcher
         return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
                                         rewrite=lambda g, is_backward: probe_pass.direct_probe_calls(

@@ -21,7 +21,7 @@ from .bytecode import (BYTECODE_HOOKS, GuardEntry, bytecode_hook_missing, byteco
                        dynamo_output_codes, frame_value_stack, guard_entries, original_code, recompile_reasons,
                        register_dynamo_bytecode_hook, set_dynamo_code_callback)
 from .dynamo import (TraceFrame, call_op_in_trace, comptime, comptime_frame, comptime_local, comptime_translator,
-                     current_compile_id, fake_of, function_of_variable, graph_breaks_so_far, guard_module_constant,
+                     current_compile_id, fakifies_first_call, real_first_call, fake_of, function_of_variable, graph_breaks_so_far, guard_module_constant,
                      input_local_name,
                      is_tensor_variable, lookup_backend, python_constant, realize, recompile_reason, shape_guards,
                      symbolic_value, through_dynamo, wrap_dynamo_compiler)
@@ -32,7 +32,7 @@ from .backend import (WRAPPER_CODEGEN_MODULE, aot_eager_with_graph_hooks, extern
                        inductor_plain, inductor_with_graph_hooks, register_wrapper_codegen, run_and_get_code,
                        wrapper_import)
 from .distributed import default_store, pg_timeout, set_pg_timeout
-from .roots import RootFrame, compiled_model, compiling_frame, running_compile, unwrap_model
+from .roots import RootFrame, compiled_model, compiling_frame, dynamo_graph, running_compile, unwrap_model
 from .trace import TRACE_LOGGER, TraceRecord, add_listener, file_tracing, listening, trace_artifact, trace_handle
 from .native import (CompiledGraphFacts, aten_ops_of_node, dispatcher_kernel, inductor_provenance, op_has_schema,
                      returns_view)
@@ -42,7 +42,7 @@ __all__ = [
     "WRAPPER_CODEGEN_MODULE", "add_listener", "aot_eager_with_graph_hooks", "aten_ops_of_node",
     "bytecode_hook_missing", "bytecode_hooks_missing", "cache_entries", "call_op_in_trace", "compiled_model", "compiling_frame", "comptime",
     "comptime_frame", "comptime_local", "comptime_translator", "current_compile_id", "default_store", "dispatcher_kernel",
-    "dynamo_output_codes", "effect_of", "extern_kernel_args", "fake_of", "file_tracing", "frame_value_stack",
+    "dynamo_graph", "dynamo_output_codes", "effect_of", "fakifies_first_call", "real_first_call", "extern_kernel_args", "fake_of", "file_tracing", "frame_value_stack",
     "function_of_variable", "graph_breaks_so_far", "guard_entries", "guard_module_constant", "has_kernel",
     "inductor_cache_dir", "inductor_codegen_loaded", "inductor_config_for_mode", "inductor_output_code",
     "inductor_plain", "inductor_provenance", "inductor_with_graph_hooks", "input_local_name", "is_fake", "is_op",

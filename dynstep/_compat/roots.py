@@ -69,6 +69,19 @@ def compiling_frame() -> RootFrame | None:
         return None
 
 
+def dynamo_graph() -> Any:
+    """The whole FX graph of the frame Dynamo is compiling, or None. A backend given a piece of it
+    (DDPOptimizer, torch/_dynamo/backends/distributed.py, splits it with torch/fx/passes/split_module.py,
+    which gives each piece's node a shallow copy of the original node's meta) can find it here:
+    torch/_dynamo/output_graph.py compiles `OutputGraph.graph` as the GraphModule it hands on."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        return InstructionTranslator.current_tx().output.graph
+    except (AttributeError, ImportError):
+        return None
+
+
 def _wrapper_attribute(obj: Any) -> str | None:
     for module, name, attr in _WRAPPERS:
         cls = getattr(sys.modules.get(module), name, None)

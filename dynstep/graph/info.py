@@ -22,7 +22,7 @@ import torch
 import torch.fx
 
 from .. import _compat
-from . import roots
+from . import pieces, roots
 
 _FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)\n(?P<code>[^\n]*)')
 _PATHS = "dynstep_module_paths"   # node.meta: {Dynamo's module name: the user's path}, set at compile
@@ -58,7 +58,9 @@ def _fqns(graph: torch.fx.Graph) -> list[torch.fx.Node]:
 def name_modules(gm: torch.fx.GraphModule) -> dict[str, str]:
     """While a backend compiles `gm` (Dynamo's frame at hand): every module name in it resolved to the
     user's path (graph/roots.py), kept on each node for later reads (run-time selectors, the diff)."""
-    nodes = _fqns(gm.graph)
+    pieces.link(gm)
+    found = pieces.whole_of(gm.graph)       # a piece of a split graph: selectors read the whole one
+    nodes = _fqns(gm.graph) + (_fqns(found[0]) if found else [])
     names = [v[0] if isinstance(v, tuple) else str(v) for n in nodes
              for v in (n.meta.get("nn_module_stack") or {}).values()]
     paths = roots.user_paths(names)
@@ -90,8 +92,8 @@ def module_stack(node: torch.fx.Node) -> tuple[str, ...]:
         for s in stacks[1:]:
             common = tuple(a for a, b in zip(common, s) if a == b)
         return common
-    out = []
     paths = node.meta.get(_PATHS) or _COMPILING.get() or {}
+    out = [paths[roots.FRAME]] if paths.get(roots.FRAME) and node.op != "placeholder" else []
     for value in stack.values():
         fqn = value[0] if isinstance(value, tuple) else str(value)
         path = paths.get(fqn)
@@ -138,11 +140,13 @@ def user_frames(node: torch.fx.Node) -> tuple[Frame, ...]:
 
 def graph_id(gm: torch.fx.GraphModule, compile_id: str) -> str:
     """``forward[0/0]``: the user function the graph was traced from, and Dynamo's compile id."""
+    piece = pieces.piece_index(gm.graph)
+    name = f"/submod_{piece}" if piece is not None else ""      # DDPOptimizer's name for the piece
     for n in gm.graph.nodes:
         frames = user_frames(n)
         if frames:
-            return f"{frames[0].func}[{compile_id}]"
-    return f"graph[{compile_id}]"
+            return f"{frames[0].func}{name}[{compile_id}]"
+    return f"graph{name}[{compile_id}]"
 
 
 def source(node: torch.fx.Node) -> tuple[str, str]:

@@ -91,18 +91,34 @@ def _root_hops(base: tuple[str, str], hops: list[str | int], frame: RootFrame | 
     return i
 
 
+FRAME = ""    # user_paths()[FRAME]: the path of the module whose forward is the compiled frame itself
+
+
 def user_paths(fqns: Iterable[str]) -> dict[str, str]:
-    """Each name's path in the model being compiled (resolved against Dynamo's frame), else plain_path."""
+    """Each name's path in the model being compiled (resolved against Dynamo's frame), else plain_path.
+
+    Under FSDP2's hooks (or a graph break inside a block) Dynamo compiles a submodule's forward as a
+    frame of its own: the values of that graph are inside that submodule (`FRAME`: `layers.0`)."""
     fqns = list(dict.fromkeys(fqns))
     frame = _compat.compiling_frame()
     model = _root_model(frame)
     names = _names(model) if model is not None else {}
-    out = {}
+    out = {FRAME: _frame_module(frame, names)}
     for fqn in fqns:
         obj = _resolve(fqn, frame) if frame is not None and names else None
         found = names.get(id(obj)) if isinstance(obj, torch.nn.Module) else None
         out[fqn] = found if found is not None else plain_path(fqn, frame)
     return out
+
+
+def _frame_module(frame: RootFrame | None, names: dict[int, str]) -> str:
+    """The path of the submodule whose forward (or a resume function of it) Dynamo compiles, or ""."""
+    if frame is None or not names:
+        return ""
+    own = frame.f_locals.get("self")
+    if not isinstance(own, torch.nn.Module):
+        own = frame.first_argument
+    return names.get(id(own), "") if isinstance(own, torch.nn.Module) else ""
 
 
 def _root_model(frame: RootFrame | None) -> torch.nn.Module | None:

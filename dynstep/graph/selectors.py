@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 import torch.fx
 
 from . import info as gi
+from . import pieces
 from ..core.errors import SelectorError
 
 KINDS = ("op", "node", "module", "in", "line")
@@ -111,7 +112,34 @@ def line_matches(frame: gi.Frame, file: str, line: int) -> bool:
 
 
 def select(graph: torch.fx.Graph, selectors: Sequence[Selector], *, aten_level: bool) -> list[Match]:
-    """Every (node, selector) a list of selectors picks, in graph order, without duplicates."""
+    """Every (node, selector) a list of selectors picks, in graph order, without duplicates.
+
+    In a piece of a split graph (graph/pieces.py) they pick in the whole graph, and the piece keeps
+    what falls inside it."""
+    found_whole = pieces.whole_of(graph)
+    if found_whole is not None:
+        whole, back = found_whole
+        return [dataclasses.replace(m, node=back[m.node]) for m in _select_here(whole, selectors, aten_level)
+                if m.node in back]
+    return _select_here(graph, selectors, aten_level)
+
+
+def unmatched(graph: torch.fx.Graph, selectors: Sequence[Selector], matches: Sequence[Match],
+              aten_level: bool) -> list[tuple[torch.fx.Graph, Selector]]:
+    """The selectors that matched nothing, with the graph to explain it in. A piece of a split graph
+    reports (once, in its first piece) those that match nothing in the whole graph."""
+    hit = {m.selector.text for m in matches}
+    missing = [s for s in selectors if s.text not in hit]
+    found = pieces.whole_of(graph)
+    if found is None or not missing:
+        return [(graph, s) for s in missing]
+    if not pieces.first_piece(graph):
+        return []
+    elsewhere = {m.selector.text for m in _select_here(found[0], missing, aten_level)}
+    return [(found[0], s) for s in missing if s.text not in elsewhere]
+
+
+def _select_here(graph: torch.fx.Graph, selectors: Sequence[Selector], aten_level: bool) -> list[Match]:
     nodes = [n for n in graph.nodes if gi.is_value_node(n)]
     found: dict[tuple[torch.fx.Node, str], Match] = {}
     returns: dict[torch.fx.Node, list[str]] | None = None
