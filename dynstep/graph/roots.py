@@ -83,8 +83,7 @@ def _root_hops(base: tuple[str, str], hops: list[str | int], frame: RootFrame | 
     while i < len(hops):
         if hops[i] in _BINDING or hops[i] == "func":
             i += 1
-        elif hops[i] in ("args", "keywords") and i + 1 < len(hops) and not isinstance(hops[i], int) \
-                and (isinstance(hops[i + 1], int) or hops[i] == "keywords"):
+        elif i + 1 < len(hops) and ((hops[i] == "args" and isinstance(hops[i + 1], int)) or hops[i] == "keywords"):
             i += 2
         else:
             break
