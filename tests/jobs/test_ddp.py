@@ -155,9 +155,9 @@ def test_ddp_diff_names_a_planted_bug_in_its_piece(group):
 def test_ddp_of_a_torch_nn_container_names_modules_as_in_the_users_model(group):
     """DDP(nn.Sequential): Dynamo compiles DDP's own forward only when it traces it (optimize_ddp=
     "python_reducer"); its modules are then `0`, `1` as in the Sequential, not `module.0`."""
-    seq = Net().seq
-    cm = torch.compile(ddp_of(seq), backend="superstep", options={"inner": "eager", "probe": ["module:*"],
-                                                                 "actions": ["record"]})
-    with torch._dynamo.config.patch(optimize_ddp="python_reducer"), dynstep.session() as s, torch.no_grad():
-        cm(X)
+    with torch._dynamo.config.patch(optimize_ddp="python_reducer"):    # DDP reads it when made
+        cm = torch.compile(ddp_of(Net().seq), backend="superstep", options={"inner": "eager", "probe": ["module:*"],
+                                                                           "actions": ["record"]})
+        with dynstep.session() as s, torch.no_grad():
+            cm(X)
     assert [r.module for r in s.records()] == ["0", "1", "2", "3", "4"]
