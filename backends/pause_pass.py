@@ -15,6 +15,8 @@ The graph's listing goes to the stepper's run-time registry (`dynstep.step.graph
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import re
 import warnings
@@ -34,6 +36,7 @@ from dynstep.step.graphs import GRAPHS, GraphEntry
 from dynstep.step.stepper import STEPPER
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
+_PER_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar("dynstep_commands_per_call", default=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,10 +57,21 @@ def wants_pauses(opts: Options) -> bool:
     return bool(opts.pause or opts.step or STEPPER.stop_points)
 
 
+@contextlib.contextmanager
+def commands_of(per_call: bool):
+    """While superstep compiles a graph for a torch.compile call whose options give `commands`: each
+    such call runs the script from the start (Stepper.configure)."""
+    token = _PER_CALL.set(per_call)
+    try:
+        yield
+    finally:
+        _PER_CALL.reset(token)
+
+
 def configure_stepper(opts: Options) -> None:
     """Tell the stepper who answers stops (pauses, steps, nan="stop") for graphs compiled with opts."""
     step_kernel.ensure()
-    STEPPER.configure(frontend=opts.frontend, commands=opts.commands, step=opts.step)
+    STEPPER.configure(frontend=opts.frontend, commands=opts.commands, step=opts.step, per_call=_PER_CALL.get())
     _coordinate(opts)
 
 
@@ -87,9 +101,11 @@ def insert_pauses(gm: torch.fx.GraphModule, plan: PausePlan) -> list[Site]:
         return []
     step_kernel.ensure()
     selected: dict[torch.fx.Node, str] = {}
+    named: dict[torch.fx.Node, tuple[str, ...]] = {}
     for m in matches:
         for node in gi.tensor_nodes(m.node):
             selected.setdefault(node, m.selector.text)
+            named[node] = max(named.get(node, ()), m.modules, key=len)   # one stop, named by every module
     values = [n for n in graph.nodes if gi.is_value_node(n) and isinstance(gi.example_value(n), torch.Tensor)]
     last_of_line = _last_of_line(values)
     sites: list[Site] = []
@@ -97,7 +113,7 @@ def insert_pauses(gm: torch.fx.GraphModule, plan: PausePlan) -> list[Site]:
     for node in values:
         if not node.users and node not in selected:
             continue
-        site = _add_site(node, plan, selected.get(node), last_of_line)
+        site = _add_site(node, plan, selected.get(node), last_of_line, named.get(node, ()))
         inputs = [a for a in node.all_input_nodes if isinstance(gi.example_value(a), torch.Tensor)]
         with graph.inserting_after(node):
             p = graph.call_function(ops.pause, (node, site.id, inputs))
@@ -122,14 +138,13 @@ def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 
 def _warn_unmatched(graph: torch.fx.Graph, chosen: list, matches: list, graph_id: str) -> None:
-    hit = {m.selector.text for m in matches}
-    for s in chosen:
-        if s.text not in hit:
-            warnings.warn(f"dynstep: in graph {graph_id} (no stop points there): "
-                          f"{sel.unmatched_message(graph, s, 'pause selector')}", UserWarning, stacklevel=3)
+    for where, s in sel.unmatched(graph, chosen, matches, aten_level=False):
+        warnings.warn(f"dynstep: in graph {graph_id} (no stop points there): "
+                      f"{sel.unmatched_message(where, s, 'pause selector')}", UserWarning, stacklevel=3)
 
 
-def _add_site(node: torch.fx.Node, plan: PausePlan, selector: str | None, last_of_line: set) -> Site:
+def _add_site(node: torch.fx.Node, plan: PausePlan, selector: str | None, last_of_line: set,
+              modules: tuple[str, ...] = ()) -> Site:
     src, text = gi.source(node)
     user_name = ""
     match = _ASSIGN.match(text)
@@ -141,7 +156,7 @@ def _add_site(node: torch.fx.Node, plan: PausePlan, selector: str | None, last_o
                      actions=("pause",) if selector else ("step",), capacity=1,
                      inputs=tuple(a.name for a in inputs),
                      input_names=tuple(_compat.input_local_name(a) if a.op == "placeholder" else "" for a in inputs),
-                     user_name=user_name,
+                     user_name=user_name, modules=modules,
                      frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)))
 
 

@@ -66,13 +66,13 @@ def insert_probes(gm: torch.fx.GraphModule, plan: ProbePlan, *, aten_level: bool
     if checking:   # `nan` checks every other value too (and, with grads=True, the gradient flowing into it)
         for node in graph.nodes:
             if gi.is_value_node(node) and node not in chosen:
-                chosen[node] = ("*", gi.module_path(node), gi.source(node)[0], ("nan",))
+                chosen[node] = ("*", gi.module_path(node), gi.source(node)[0], ("nan",), ())
     sites: list[Site] = []
     cursor: dict[torch.fx.Node, torch.fx.Node] = {}
     order = _order(graph)
     names = ident.identities(graph) if chosen else {}   # before getitems are added: they take their tuple's
-    for node, (probe, module, source, actions) in sorted(chosen.items(), key=lambda kv: order(kv[0])):
-        sites += _probe_node(graph, node, probe, module, source, plan, actions, cursor,
+    for node, (probe, module, source, actions, modules) in sorted(chosen.items(), key=lambda kv: order(kv[0])):
+        sites += _probe_node(graph, node, probe, (module, modules), source, plan, actions, cursor,
                              grads=plan.grads and not aten_level, identity=names.get(node))
     if sites:
         graph.lint()
@@ -96,7 +96,7 @@ def insert_grad_pauses(gm: torch.fx.GraphModule, selectors: list[sel.Selector], 
                 continue
             node = m.node
             site = SITES.add(kind="grad", actions=("pause",), probe=m.selector.text, node=node.name,
-                             target=gi.op_name(node), module=m.module, source=m.source,
+                             target=gi.op_name(node), module=m.module, source=m.source, modules=m.modules,
                              source_text=gi.source(node)[1], graph=graph_id, capacity=1,
                              frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)))
             own = [u for u in node.users if gi.is_dynstep_node(u) and u.args and u.args[0] is node]
@@ -125,7 +125,8 @@ def _per_value(matches: list[sel.Match], actions: tuple[str, ...]) -> dict[torch
     grouped: dict[torch.fx.Node, list[sel.Match]] = {}
     for m in matches:
         grouped.setdefault(m.node, []).append(m)
-    return {node: (" | ".join(dict.fromkeys(m.selector.text for m in ms)), ms[0].module, ms[0].source, actions)
+    return {node: (" | ".join(dict.fromkeys(m.selector.text for m in ms)), ms[0].module, ms[0].source, actions,
+                   max((m.modules for m in ms), key=len))
             for node, ms in grouped.items()}
 
 
@@ -134,9 +135,10 @@ def _order(graph: torch.fx.Graph):
     return lambda n: index[n]
 
 
-def _probe_node(graph: torch.fx.Graph, node: torch.fx.Node, probe: str, module: str, source: str,
-                plan: ProbePlan, actions: tuple[str, ...], cursor: dict, *, grads: bool,
+def _probe_node(graph: torch.fx.Graph, node: torch.fx.Node, probe: str, where: tuple[str, tuple[str, ...]],
+                source: str, plan: ProbePlan, actions: tuple[str, ...], cursor: dict, *, grads: bool,
                 identity: ident.NodeIdentity | None = None) -> list[Site]:
+    module, modules = where
     leaves = gi.tensor_leaves(node)
     if not leaves:
         log.debug("dynstep: %s (%s) is not a tensor value; not probed", node.name, gi.op_name(node))
@@ -149,6 +151,7 @@ def _probe_node(graph: torch.fx.Graph, node: torch.fx.Node, probe: str, module: 
         common = dict(probe=probe, node=node.name if index is None else f"{node.name}[{index}]",
                       target=target, module=module, source=source, source_text=src_text,
                       graph=plan.graph_id, capacity=plan.capacity, nan_mode=plan.nan_mode, owner=plan.owner,
+                      modules=modules,
                       frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)),   # a nan stop's user frames
                       identity=ident.with_output(identity, index))
         site = SITES.add(kind="value", actions=actions, **common)
@@ -196,13 +199,10 @@ def _inherited_meta(node: torch.fx.Node) -> dict:
 
 
 def _warn_unmatched(graph, selectors, matches, plan: ProbePlan, aten_level: bool) -> None:
-    hit = {m.selector.text for m in matches}
-    for s in selectors:
-        if s.text in hit:
-            continue
+    for where, s in sel.unmatched(graph, selectors, matches, aten_level):
         if s.aten_level and not aten_level:
             continue
-        warnings.warn(f"dynstep: in graph {plan.graph_id}: {sel.unmatched_message(graph, s, 'selector')}",
+        warnings.warn(f"dynstep: in graph {plan.graph_id}: {sel.unmatched_message(where, s, 'selector')}",
                       UserWarning, stacklevel=2)
 
 

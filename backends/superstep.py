@@ -49,9 +49,16 @@ def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *
     try:
         check_environment()    # every DYNSTEP_* variable against its row (core/options.py), named when bad
         opts = checked(Options.from_mapping(options, mode=mode))
-        return compile_graph(gm, example_inputs, opts)
+        with pause_pass.commands_of(_commands_owner(options)):
+            return compile_graph(gm, example_inputs, opts)
     except (OptionsError, SelectorError) as exc:
         raise _compat.through_dynamo(exc, inspect.currentframe()) from None
+
+
+def _commands_owner(options: Mapping[str, Any] | None) -> bool:
+    """Scripted `commands` given in a torch.compile call's options belong to that call (Stepper.configure);
+    from DYNSTEP_COMMANDS (`dynstep run --commands`) they are one script for the run."""
+    return bool(options and options.get("commands"))
 
 
 def checked(opts: Options) -> Options:
@@ -76,13 +83,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
 
         serve_from_env()
     if opts.diff:
-        return _with_diff(gm, example_inputs, opts)
+        with gi.naming(gm):
+            return _with_diff(gm, example_inputs, opts)
     if (opts.probe or opts.nan or opts.flight) and not switch.specialize():
         # dynstep.probes.disable(): this variant has no probe at all (a guard recompiles on a flip)
         opts = dataclasses.replace(opts, probe=(), nan=None, flight=None)
     if opts.transparent and not pause_pass.wants_pauses(opts):
         return _plain(gm, example_inputs, opts)
-    with _kernel_provenance(opts):
+    with _kernel_provenance(opts), gi.naming(gm):
         return _compile_instrumented(gm, example_inputs, opts)
 
 
@@ -191,6 +199,10 @@ def _compile_probed(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     if not hooked:
         return _plain(gm, example_inputs, opts)
     rewrite = functools.partial(probe_pass.rewrite_partitioned, plan=plan)
+    if opts.inner == "aot_eager" and _compat.fakifies_first_call():   # a piece of DDP's split graph
+        with _compat.real_first_call():   # its first call runs under fake tensors: probes as ops
+            return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
+                                            rewrite=lambda g, is_backward: rewrite(g, is_backward=is_backward))
     if opts.inner == "aot_eager":  # Python runs these graphs: no token per probe, no dispatcher
         return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
                                         rewrite=lambda g, is_backward: probe_pass.direct_probe_calls(
@@ -235,9 +247,10 @@ def superstep(**options: Any) -> Callable[..., Any]:
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
         try:
-            if kwargs.get("mode") and not opts.mode:
-                return compile_graph(gm, example_inputs, Options.from_mapping({**options, "mode": kwargs["mode"]}))
-            return compile_graph(gm, example_inputs, opts)
+            with pause_pass.commands_of(_commands_owner(options)):
+                if kwargs.get("mode") and not opts.mode:
+                    return compile_graph(gm, example_inputs, Options.from_mapping({**options, "mode": kwargs["mode"]}))
+                return compile_graph(gm, example_inputs, opts)
         except (OptionsError, SelectorError) as exc:
             raise _compat.through_dynamo(exc, inspect.currentframe()) from None
 

@@ -218,3 +218,35 @@ def test_what_the_flight_recorder_reads():
     with _compat.inductor_fallback_random():
         assert inductor_config.fallback_random is True
     assert inductor_config.fallback_random == saved
+
+
+def test_what_module_paths_read_from_dynamo():
+    """graph/roots.py: Dynamo's root frame while a backend runs, the compiled model on the stack, the
+    wrappers unwrapped; the stepper: which torch.compile call runs a graph (dynstep/_compat/roots.py)."""
+    seen = {}
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+
+    def backend(gm, example_inputs):
+        frame = _compat.compiling_frame()
+        seen["frame"] = frame is not None and "fn" in frame.f_locals and frame.code.co_name
+        seen["model"] = _compat.compiled_model()
+        seen["graph"] = _compat.dynamo_graph() is gm.graph           # the whole graph (DDP pieces link to it)
+        seen["fakify"] = _compat.fakifies_first_call()
+        with _compat.real_first_call():
+            seen["real"] = not _compat.fakifies_first_call()
+
+        def run(*args):
+            seen["call"] = _compat.running_compile()
+            return gm.forward(*args)
+        return run
+
+    compiled = torch.compile(model, backend=backend)
+    compiled(torch.ones(1, 2))
+    assert seen["frame"] and seen["model"] is model and seen["call"] is compiled.dynamo_ctx
+    assert seen["graph"] and seen["fakify"] is False and seen["real"]
+    assert _compat.unwrap_model(compiled) is model
+    assert _compat.compiling_frame() is None and _compat.running_compile() is None and _compat.dynamo_graph() is None
+    from torch._dynamo.backends.distributed import DDPOptimizer   # pieces: DDPOptimizer.compile_fn's split
+    from torch._guards import TracingContext
+
+    assert callable(DDPOptimizer.compile_fn) and hasattr(TracingContext(None), "fakify_first_call")

@@ -17,6 +17,35 @@ def current_compile_id() -> str:
     return str(cid) if cid is not None else "?"
 
 
+def fakifies_first_call() -> bool:
+    """True while DDPOptimizer compiles one piece of a split graph (torch/_dynamo/backends/distributed.py
+    sets TracingContext.fakify_first_call, torch/_guards.py)."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    return bool(ctx is not None and getattr(ctx, "fakify_first_call", False))
+
+
+@contextlib.contextmanager
+def real_first_call():
+    """Compile a DDPOptimizer piece with aot_eager as if it were not one: AOTAutograd's first call then
+    runs the graph under DDPOptimizer's FakeTensorMode instead of returning the forward graph's traced
+    outputs. Those include the effect tokens of dynstep's ordered probe op, which only Inductor removes
+    (torch/_functorch/_aot_autograd/runtime_wrappers.py: FakifiedOutWrapper returns them in place of the
+    piece's outputs and the next piece receives a token)."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    saved = getattr(ctx, "fakify_first_call", False)
+    if ctx is not None:
+        ctx.fakify_first_call = False
+    try:
+        yield
+    finally:
+        if ctx is not None:
+            ctx.fakify_first_call = saved
+
+
 def lookup_backend(name: str) -> Callable[..., Any]:
     # torch/_dynamo/backends/registry.py: lookup_backend (also loads entry-point backends)
     from torch._dynamo.backends.registry import lookup_backend as _lookup

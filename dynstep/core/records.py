@@ -68,6 +68,7 @@ class Snapshot:
     world_size: int = 1
     identity: str = ""   # the stable node identity (dynstep.graph.identity; docs/compare.md)
     step: int = -1       # the training step of a flight recorder's dump (dynstep.flight); -1 elsewhere
+    modules: tuple[str, ...] = ()   # every module whose call returns the value (a `module:` probe), outermost first
 
     @property
     def hit(self) -> tuple:
@@ -87,6 +88,7 @@ class Snapshot:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "tensor"}
         out["stats"] = self.stats.to_dict()
         out["shape"] = list(self.shape)
+        out["modules"] = list(self.modules)
         return out
 
     @classmethod
@@ -95,6 +97,7 @@ class Snapshot:
         values = {k: v for k, v in meta.items() if k in known}
         values["stats"] = Stats(**{k: v for k, v in meta["stats"].items() if k in STAT_FIELDS})
         values["shape"] = tuple(meta["shape"])
+        values["modules"] = tuple(meta.get("modules") or ())
         values["tensor"] = tensor
         return cls(**values)
 

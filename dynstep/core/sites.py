@@ -53,6 +53,7 @@ class Site:
     identity: str = ""          # the node's stable identity (dynstep.graph.identity), "" if not computed
     owner: str = ""             # who collects its hits: "" the sessions; "flight" the flight recorder (own sink,
                                 # its ring of `capacity` stats, a non-finite hit handed over, not raised)
+    modules: tuple[str, ...] = ()    # every module whose call returns the value, outermost first (module:)
 
 
 class SiteRegistry:

@@ -54,6 +54,7 @@ class Collector:
         """A torch.compile backend diffing every graph with `cfg` (its backend, mode and options)."""
         def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **_: Any) -> Callable[..., Any]:
             name = gi.graph_id(gm, _compat.current_compile_id())
+            gi.name_modules(gm)   # module paths as the user writes them, read when the graph is diffed
             calls = [0]
             compiled = gm
             if self.keep_compiled:   # a copy: a compiler may rewrite the graph it is given, the diff reads it

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -225,18 +226,33 @@ class Step:
     fp64_exact: bool            # False when the op could not run in float64 (run at its dtype, upcast)
 
 
+_IN_PLACE_OPERATORS = frozenset(getattr(operator, f"i{name}") for name in (
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift", "rshift", "matmul"))
+
+
+def in_place(n: torch.fx.Node) -> bool:
+    """The node overwrites its first argument (`x += y`, `x.add_(y)`, a mutable aten op)."""
+    if n.op == "call_method":
+        return n.target.endswith("_") and not n.target.endswith("__")
+    if n.op != "call_function":
+        return False
+    if n.target in _IN_PLACE_OPERATORS:
+        return True
+    schema = getattr(n.target, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return True
+    name = getattr(n.target, "__name__", "")
+    return name.endswith("_") and not name.endswith("__") and not name.startswith("_")
+
+
 def mutates(graph: torch.fx.Graph) -> bool:
-    for n in graph.nodes:
-        if n.op == "call_method" and n.target.endswith("_") and not n.target.endswith("__"):
-            return True
-        if n.op == "call_function":
-            schema = getattr(n.target, "_schema", None)
-            if schema is not None and schema.is_mutable:
-                return True
-            name = getattr(n.target, "__name__", "")
-            if name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
-                return True
-    return False
+    return any(in_place(n) for n in graph.nodes)
+
+
+def mutated_later(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """Values a later node overwrites in place (T5's `relative_buckets += ...`): judged as they were
+    when computed, so each is snapshotted there (the reference's kept value, the probed output)."""
+    return {n.args[0] for n in graph.nodes if in_place(n) and n.args and isinstance(n.args[0], torch.fx.Node)}
 
 
 class Reference:
@@ -261,10 +277,16 @@ class Reference:
         self.keep = keep or (lambda node: False)
         self.nan_origin: tuple[torch.fx.Node, Any] | None = None
         self.dtypes: dict[torch.fx.Node, Any] = {}
+        # integer and boolean values (positions, buckets, masks) in their own dtype: the float64 pass
+        # takes them from the eager pass, so a bucket float64 rounds differently (T5's log buckets)
+        # cannot move every reference after it
+        self.integers: dict[torch.fx.Node, Any] = {}
+        self.overwritten = mutated_later(gm.graph)
 
     def __iter__(self) -> Iterator[Step]:
-        kept = {step.node: step.eager for step in _run(self.gm, self.inputs, fp64=False, reference=self)
-                if self.keep(step.node)}
+        overwritten = self.overwritten
+        kept = {step.node: _snapshot(step.eager) if step.node in overwritten else step.eager
+                for step in _run(self.gm, self.inputs, fp64=False, reference=self) if self.keep(step.node)}
         for step in _run(self.gm, self.inputs, fp64=True, reference=self):
             step.eager = kept.pop(step.node, None)
             yield step
@@ -308,15 +330,36 @@ def _compute(node: torch.fx.Node, gm: torch.fx.GraphModule, env: dict[torch.fx.N
     if not fp64:
         value = call_node(node, gm, args, kwargs, fp64=False)
         reference.dtypes[node] = _dtypes(value)
+        if _integral(value):
+            reference.integers[node] = _snapshot(value) if node in reference.overwritten else value
         if reference.nan_origin is None and nonfinite(value) and not nonfinite((args, kwargs)):
             reference.nan_origin = (node, value)
         return value, True
+    if node in reference.integers:
+        return reference.integers.pop(node), True
     try:
         return call_node(node, gm, to_fp64(args), to_fp64(kwargs), fp64=True), True
     except (RuntimeError, TypeError, NotImplementedError):  # op without a float64 kernel
         low_args, low_kwargs = torch.fx.node.map_arg(
             (node.args, node.kwargs), lambda a: _back(env[a], reference.dtypes.get(a)))
         return to_fp64(call_node(node, gm, low_args, low_kwargs, fp64=False)), False
+
+
+def _integral(value: Any) -> bool:
+    """An integer or boolean tensor, or a tuple holding only such tensors."""
+    if isinstance(value, torch.Tensor):
+        return not (value.is_floating_point() or value.is_complex())
+    if isinstance(value, (tuple, list)) and value:
+        return all(isinstance(v, torch.Tensor) and _integral(v) for v in value)
+    return False
+
+
+def _snapshot(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_snapshot(v) for v in value)
+    return value
 
 
 def _dtypes(value: Any) -> Any:

@@ -21,6 +21,7 @@ import torch.fx
 
 from .. import _compat
 from . import _backends
+from .judge import mutated_later
 
 
 def copy_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.Graph, dict[torch.fx.Node, torch.fx.Node], Any]:
@@ -60,9 +61,13 @@ def with_outputs(gm: torch.fx.GraphModule, probes: Sequence[torch.fx.Node]) -> t
     flat = _compat.tree_leaves(out)
     extra: list[torch.fx.Node] = []
     layout = []
+    overwritten = mutated_later(gm.graph)
     for node in probes:
         new = env[node]
         value = node.meta.get("example_value", node.meta.get("val"))
+        if node in overwritten and isinstance(value, torch.Tensor):   # the value as computed, not as overwritten
+            with graph.inserting_after(new):
+                new = graph.call_function(torch.clone, (new,))
         if isinstance(value, (tuple, list)):
             items = [graph.call_function(operator.getitem, (new, i)) for i in range(len(value))]
             layout.append((len(flat) + len(extra), len(items), True))

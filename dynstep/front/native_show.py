@@ -40,6 +40,10 @@ def _report(c: Console, r: NativeReport) -> None:
     where = " · ".join(p for p in (r.target, r.module, r.source) if p)
     c.print(Text(f"native code of node {r.node} · {where}" + (f" ({r.compiler})" if r.compiler else ""),
                  style="bold"))
+    if r.views:
+        chain = " → ".join((r.node,) + r.views)
+        c.print(Text(f"   node {r.node} is a view ({chain}): it aliases the buffer of {r.views[-1]}, which "
+                     "the kernel below wrote", style="dim"))
     for i, k in enumerate(r.kernels, 1):
         _kernel(c, i, k)
     if r.other_variant:

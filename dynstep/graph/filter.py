@@ -38,8 +38,9 @@ def snapshot_matches(snap: Snapshot, selector: sel.Selector) -> bool:
         return sel.op_matches(snap.target, selector.pattern)
     if selector.kind == "node":
         return fnmatch.fnmatchcase(snap.node, selector.pattern)
-    if selector.kind == "module":
-        return bool(sel.module_glob_regex(selector.pattern).match(snap.module)) and \
+    if selector.kind == "module":   # every module the value is the return of (one value, nested modules)
+        rx = sel.module_glob_regex(selector.pattern)
+        return any(rx.match(m) for m in (snap.modules or (snap.module,))) and \
             any(p.startswith("module:") for p in snap.probe.split(" | "))
     if selector.kind == "in":
         rx = sel.module_glob_regex(selector.pattern)

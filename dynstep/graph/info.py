@@ -3,13 +3,15 @@
 Works on Dynamo's torch-level graphs and on AOTAutograd's aten-level graphs, which both carry
 `nn_module_stack` and `stack_trace` in `node.meta`.
 
-    module_path(node)   -> "blocks.0.mlp"        (Dynamo's ``L['self']`` root stripped)
+    module_path(node)   -> "blocks.0.mlp"        (the path in the compiled model: graph/roots.py)
     user_frames(node)   -> (Frame("model.py", 57, "forward", "x = self.fc(x)"), ...)
     op_name(node)       -> "torch.nn.functional.layer_norm" | "aten.addmm.default" | "Tensor.transpose"
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import operator
@@ -20,10 +22,11 @@ import torch
 import torch.fx
 
 from .. import _compat
+from . import pieces, roots
 
 _FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)\n(?P<code>[^\n]*)')
-_ROOT_RE = re.compile(r"^(?:L|G)\[['\"]([^'\"]+)['\"]\]")
-_INDEX_RE = re.compile(r"\[(['\"]?)([^\]'\"]+)\1\]")
+_PATHS = "dynstep_module_paths"   # node.meta: {Dynamo's module name: the user's path}, set at compile
+_COMPILING: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("dynstep_paths", default=None)
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _C_ALIASES = {"torch._C._nn.": "torch.nn.functional.", "torch._C._VariableFunctions.": "torch.",
               "torch._C._linalg.": "torch.linalg.", "torch._C._special.": "torch.special.",
@@ -43,10 +46,38 @@ class Frame:
 
 
 def normalize_module_path(fqn: str) -> str:
-    """``L['self'].blocks[0].mlp`` -> ``blocks.0.mlp``: the path the user writes."""
-    path = _ROOT_RE.sub("", fqn)
-    path = _INDEX_RE.sub(lambda m: "." + m.group(2), path)
-    return path.strip(".")
+    """``L['self'].blocks[0].mlp`` -> ``blocks.0.mlp``: the name alone, without the compiled frame."""
+    return roots.plain_path(fqn)
+
+
+def _fqns(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    nodes = list(graph.nodes)
+    return nodes + [b for n in nodes for b in body_nodes(n)]
+
+
+def name_modules(gm: torch.fx.GraphModule) -> dict[str, str]:
+    """While a backend compiles `gm` (Dynamo's frame at hand): every module name in it resolved to the
+    user's path (graph/roots.py), kept on each node for later reads (run-time selectors, the diff)."""
+    pieces.link(gm)
+    found = pieces.whole_of(gm.graph)       # a piece of a split graph: selectors read the whole one
+    nodes = _fqns(gm.graph) + (_fqns(found[0]) if found else [])
+    names = [v[0] if isinstance(v, tuple) else str(v) for n in nodes
+             for v in (n.meta.get("nn_module_stack") or {}).values()]
+    paths = roots.user_paths(names)
+    for n in nodes:
+        n.meta[_PATHS] = paths
+    return paths
+
+
+@contextlib.contextmanager
+def naming(gm: torch.fx.GraphModule):
+    """name_modules(gm), and the same paths for the graphs compiled from it meanwhile (AOTAutograd's
+    aten graphs carry Dynamo's names only)."""
+    token = _COMPILING.set(name_modules(gm))
+    try:
+        yield
+    finally:
+        _COMPILING.reset(token)
 
 
 def module_stack(node: torch.fx.Node) -> tuple[str, ...]:
@@ -61,10 +92,13 @@ def module_stack(node: torch.fx.Node) -> tuple[str, ...]:
         for s in stacks[1:]:
             common = tuple(a for a, b in zip(common, s) if a == b)
         return common
-    out = []
+    paths = node.meta.get(_PATHS) or _COMPILING.get() or {}
+    out = [paths[roots.FRAME]] if paths.get(roots.FRAME) and node.op != "placeholder" else []
     for value in stack.values():
         fqn = value[0] if isinstance(value, tuple) else str(value)
-        path = normalize_module_path(fqn)
+        path = paths.get(fqn)
+        if path is None:
+            path = normalize_module_path(fqn)
         if path and path not in out:
             out.append(path)
     return tuple(out)
@@ -106,11 +140,13 @@ def user_frames(node: torch.fx.Node) -> tuple[Frame, ...]:
 
 def graph_id(gm: torch.fx.GraphModule, compile_id: str) -> str:
     """``forward[0/0]``: the user function the graph was traced from, and Dynamo's compile id."""
+    piece = pieces.piece_index(gm.graph)
+    name = f"/submod_{piece}" if piece is not None else ""      # DDPOptimizer's name for the piece
     for n in gm.graph.nodes:
         frames = user_frames(n)
         if frames:
-            return f"{frames[0].func}[{compile_id}]"
-    return f"graph[{compile_id}]"
+            return f"{frames[0].func}{name}[{compile_id}]"
+    return f"graph{name}[{compile_id}]"
 
 
 def source(node: torch.fx.Node) -> tuple[str, str]:

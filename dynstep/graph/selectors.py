@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 import torch.fx
 
 from . import info as gi
+from . import pieces
 from ..core.errors import SelectorError
 
 KINDS = ("op", "node", "module", "in", "line")
@@ -58,6 +59,7 @@ class Match:
     selector: Selector
     module: str
     source: str
+    modules: tuple[str, ...] = ()   # module: every module whose call returns this value, outermost first
 
 
 def parse(text: str) -> Selector:
@@ -110,11 +112,47 @@ def line_matches(frame: gi.Frame, file: str, line: int) -> bool:
 
 
 def select(graph: torch.fx.Graph, selectors: Sequence[Selector], *, aten_level: bool) -> list[Match]:
-    """Every (node, selector) a list of selectors picks, in graph order, without duplicates."""
+    """Every (node, selector) a list of selectors picks, in graph order, without duplicates.
+
+    In a piece of a split graph (graph/pieces.py) they pick in the whole graph, and the piece keeps
+    what falls inside it."""
+    found_whole = pieces.whole_of(graph)
+    if found_whole is not None:
+        whole, back = found_whole
+        return [dataclasses.replace(m, node=back[m.node]) for m in _select_here(whole, selectors, aten_level)
+                if m.node in back]
+    return _select_here(graph, selectors, aten_level)
+
+
+def unmatched(graph: torch.fx.Graph, selectors: Sequence[Selector], matches: Sequence[Match],
+              aten_level: bool) -> list[tuple[torch.fx.Graph, Selector]]:
+    """The selectors that matched nothing, with the graph to explain it in. A piece of a split graph
+    reports (once, in its first piece) those that match nothing in the whole graph."""
+    hit = {m.selector.text for m in matches}
+    missing = [s for s in selectors if s.text not in hit]
+    found = pieces.whole_of(graph)
+    if found is None or not missing:
+        return [(graph, s) for s in missing]
+    if not pieces.first_piece(graph):
+        return []
+    elsewhere = {m.selector.text for m in _select_here(found[0], missing, aten_level)}
+    return [(found[0], s) for s in missing if s.text not in elsewhere]
+
+
+def _select_here(graph: torch.fx.Graph, selectors: Sequence[Selector], aten_level: bool) -> list[Match]:
     nodes = [n for n in graph.nodes if gi.is_value_node(n)]
     found: dict[tuple[torch.fx.Node, str], Match] = {}
+    returns: dict[torch.fx.Node, list[str]] | None = None
     for sel in selectors:
         if sel.aten_level != aten_level and sel.kind == "op":
+            continue
+        if sel.kind == "module":   # one value may be the return of several nested modules: one match
+            returns = module_returns(nodes) if returns is None else returns
+            rx = module_glob_regex(sel.pattern)
+            for node, paths in returns.items():
+                matched = [p for p in paths if rx.match(p)]
+                if matched:
+                    found.setdefault((node, sel.text), Match(node, sel, matched[-1], gi.source(node)[0], tuple(paths)))
             continue
         for node, module, src in _select_one(nodes, sel):
             found.setdefault((node, sel.text), Match(node, sel, module, src))
@@ -133,33 +171,42 @@ def _select_one(nodes: list[torch.fx.Node], sel: Selector):
         rx = module_glob_regex(sel.pattern)
         return [(n, gi.module_path(n), gi.source(n)[0]) for n in nodes
                 if any(rx.match(p) for p in gi.module_stack(n))]
-    if sel.kind == "module":
-        return _module_outputs(nodes, module_glob_regex(sel.pattern))
     return _line_results(nodes, sel.pattern, sel.line)
 
 
-def _module_outputs(nodes: list[torch.fx.Node], rx: re.Pattern[str]):
-    """For each call of a matching module: what it returns, as a forward hook sees it.
+def module_returns(nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, list[str]]:
+    """Each value some module call returns, as a forward hook sees it, with every such module (outermost
+    first: `mlp` and `mlp.down` when mlp returns down(...)), in graph order.
 
     A value the call returns is used after the call: by a later node, or (when the compiled function
     returns it as it is) only by the graph's output. A value that leaves only through state the call
     mutated — a KV cache's `self.keys = torch.cat(...)`, which Dynamo hands back as a graph output —
     is not a return, although it also reaches the output node.
     """
-    paths = sorted({p for n in nodes for p in gi.module_stack(n) if rx.match(p)})
-    out = []
-    for path in paths:
-        for run in _runs(nodes, lambda n, p=path: p in gi.module_stack(n)):
-            inside = set(run)
-            for n in run:
-                # dynstep's own nodes (pauses placed before probes) are not uses of the value
-                after = [u for u in _uses(n) if u not in inside and not gi.is_dynstep_node(u)]
-                if not after or not gi.tensor_leaves(n):
-                    continue
-                if all(u.op == "output" for u in after) and gi.stores_state(n):
-                    continue
-                out.append((n, path, gi.source(n)[0]))
-    return out
+    out: dict[torch.fx.Node, list[str]] = {}
+    open_runs: dict[str, list[torch.fx.Node]] = {}
+    for n in nodes + [None]:     # one pass: a path's run ends at the first node outside that module
+        stack = gi.module_stack(n) if n is not None else ()
+        for path in [p for p in open_runs if p not in stack]:
+            _returns_of_run(path, open_runs.pop(path), out)
+        for path in stack:
+            open_runs.setdefault(path, []).append(n)
+    order = {n: i for i, n in enumerate(nodes)}
+    for paths in out.values():
+        paths.sort(key=lambda p: p.count("."))
+    return dict(sorted(out.items(), key=lambda kv: order[kv[0]]))
+
+
+def _returns_of_run(path: str, run: list[torch.fx.Node], out: dict[torch.fx.Node, list[str]]) -> None:
+    inside = set(run)
+    for n in run:
+        # dynstep's own nodes (pauses placed before probes) are not uses of the value
+        after = [u for u in _uses(n) if u not in inside and not gi.is_dynstep_node(u)]
+        if not after or not gi.tensor_leaves(n):
+            continue
+        if all(u.op == "output" for u in after) and gi.stores_state(n):
+            continue
+        out.setdefault(n, []).append(path)
 
 
 def _uses(node: torch.fx.Node) -> list[torch.fx.Node]:

@@ -19,7 +19,7 @@ from types import FrameType
 
 import torch.fx
 
-from ..core.sites import Site
+from ..core.sites import SITES, Site
 from . import fxgraphs, inductor
 from .provenance import REGISTRY, InductorGraph, is_tracking
 from .records import NativeKernel, NativeReport
@@ -59,13 +59,44 @@ def _frames(frame: FrameType | None) -> Iterator[FrameType]:
 
 def _inductor_report(base: NativeReport, graph: InductorGraph, site: Site, key: str) -> NativeReport:
     kernels = _kernels(graph, site, key)
+    views: tuple[str, ...] = ()
+    if not kernels and site.node in graph.views:    # HF MLPs return views: name the kernel that wrote the buffer
+        views = _viewed(graph, site)
+        if views:
+            site = dataclasses.replace(site, node=views[-1])
+            kernels = _kernels(graph, site, key)
     others: tuple[NativeKernel, ...] = ()
     for sibling in REGISTRY.siblings(graph):
         others += _kernels(sibling, site, key)
     problems = tuple(k.problem for k in kernels if k.problem)
     if not kernels:
         problems = (_why_no_kernel(graph, site),) + problems
-    return _replace(base, compiler="inductor", kernels=kernels, other_variant=others, problems=problems)
+    return _replace(base, compiler="inductor", kernels=kernels, other_variant=others, problems=problems, views=views)
+
+
+# torch-level ops that return an alias of their first input (Tensor.view, torch.reshape, ...): Inductor
+# may keep no post-grad node of their own, so its provenance alone does not call them views
+_ALIASING = frozenset({"view", "reshape", "permute", "transpose", "t", "expand", "expand_as", "unsqueeze",
+                       "squeeze", "flatten", "unflatten", "view_as", "reshape_as", "contiguous", "narrow", "select",
+                       "detach", "as_strided", "movedim", "swapaxes", "swapdims", "dropout"})
+
+
+def _viewed(graph: InductorGraph, site: Site) -> tuple[str, ...]:
+    """The nodes a view node aliases, nearest first, up to the first one a kernel computes (its
+    buffer's writer), or () when the chain leaves what the graph's stop points know. A view's base is
+    its first tensor input (`x.view(...)`, `x.transpose(...)`); each node of a graph with stop points
+    has a site listing its inputs."""
+    chain: list[str] = []
+    current: Site | None = site
+    while current is not None and current.inputs and len(chain) < 32 and \
+            (current.node in graph.views or current.target.rsplit(".", 1)[-1] in _ALIASING):
+        base = current.inputs[0]
+        chain.append(base)
+        if graph.kernels_for(base):
+            return tuple(chain)
+        current = next((s for s in SITES.all() if s.kind == "pause" and s.graph == site.graph and s.node == base),
+                       None)
+    return ()
 
 
 def _kernels(graph: InductorGraph, site: Site, key: str) -> tuple[NativeKernel, ...]:

@@ -87,6 +87,7 @@ class NativeReport:
     kernels: tuple[NativeKernel, ...] = ()
     other_variant: tuple[NativeKernel, ...] = ()   # the same node in the graph's variant without stop points
     problems: tuple[str, ...] = ()
+    views: tuple[str, ...] = ()    # a view node: the nodes whose buffer it aliases, up to the one a kernel wrote
 
     def targets(self) -> tuple[BreakTarget, ...]:
         """Every breakpoint `native break` arms, in both variants of the graph."""

@@ -281,6 +281,10 @@ def _snapshot(meta: Any, chunks: "_Chunks") -> Snapshot:
         values[name] = _field(meta, name, int, default)
     values["source_text"] = _field(meta, "source_text", str, "")
     values["identity"] = _field(meta, "identity", str, "")   # older recordings: filled in by _load_one
+    modules = meta.get("modules", [])     # absent in recordings before issue 25
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise _Invalid(f"field 'modules' must be a list of module paths, got {modules!r}")
+    values["modules"] = tuple(modules)
     values["tensor"] = chunks.tensor(meta.get("tensor"))
     return Snapshot(**values)
 

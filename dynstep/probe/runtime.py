@@ -200,7 +200,8 @@ def snapshot_for(site: Site, call: int, shape: tuple[int, ...], dtype: str, devi
     return Snapshot(kind=site.kind, probe=site.probe, node=site.node, target=site.target,
                     module=site.module, source=site.source, graph=site.graph, call=call, shape=shape,
                     dtype=dtype, device=device, stats=stats, tensor=tensor, site=site.id, seq=seq,
-                    source_text=site.source_text, rank=rank, world_size=world, identity=site.identity)
+                    source_text=site.source_text, rank=rank, world_size=world, identity=site.identity,
+                    modules=site.modules)
 
 
 def deliver(snap: Snapshot, thread: int | None) -> None:

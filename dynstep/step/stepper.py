@@ -26,6 +26,7 @@ import collections
 import dataclasses
 import math
 import threading
+import weakref
 from typing import Any
 
 import torch
@@ -76,6 +77,8 @@ class Stepper(StepperCommands):
         self.detached = False
         self.frontend: Frontend | None = None
         self.config: tuple[str | None, str | None, bool] | None = None
+        self.per_call = False                          # scripted commands came from a torch.compile call's options
+        self.owner: weakref.ref[Any] | None = None   # the torch.compile call the script runs for
         self.breakpoints: dict[str, set[int]] = {}
         self.external_breaks: dict[str, frozenset[int]] = {}
         self.break_ids: set[int] = set()
@@ -87,14 +90,32 @@ class Stepper(StepperCommands):
         self.nan_stopped = False
         self.coordinator: Coordinator | None = None   # a distributed job's lockstep (plugged in by superstep)
 
-    def configure(self, *, frontend: str | None, commands: str | None, step: bool) -> None:
-        """Called by the pause pass; a new front-end configuration starts a new script."""
+    def configure(self, *, frontend: str | None, commands: str | None, step: bool, per_call: bool = False) -> None:
+        """Called by the pause pass for each graph; a new front-end configuration starts a new script.
+
+        `per_call`: the commands came from a torch.compile call's options; each such call runs them
+        from the start (a second torch.compile with the same commands, after torch._dynamo.reset() or
+        in a loop over models: follow_call), the graphs and calls of one compiled function share them.
+        Commands from the environment (`dynstep run --commands`) are one script for the run."""
         key = (frontend, commands, step)
-        if key == self.config:
+        if key == self.config and per_call == self.per_call:
             return
         self.config, self.frontend, self.detached = key, None, False
+        self.per_call, self.owner = per_call, None
         if step:
             self.mode = "step"
+
+    def follow_call(self) -> None:
+        """A graph of another torch.compile call than the script's is running: its own script, from
+        the start (Dynamo may run a graph compiled for an earlier call with equal options)."""
+        if not self.per_call:
+            return
+        current = _compat.running_compile()
+        if current is None or (self.owner is not None and self.owner() is current):
+            return
+        if self.owner is not None:   # (a dead reference: that call is gone, this is another)
+            self.frontend, self.detached = None, False
+        self.owner = weakref.ref(current)
 
     def detach(self, why: str) -> None:
         """No front end can answer (script ran out, no terminal): run to the end without stopping."""
@@ -125,7 +146,9 @@ class Stepper(StepperCommands):
         if self.interrupted:
             return True
         if self.detached:
-            return False
+            self.follow_call()
+            if self.detached:
+                return False
         if self.mode != "run" or not self.break_ids.isdisjoint(site_ids):
             return True
         return any(probe not in self.disabled for probe in pauses.values())
@@ -162,6 +185,7 @@ class Stepper(StepperCommands):
                         writable=writable, stack=user_stack(), note=note, writable_inputs=writable_inputs)
             self.interrupted = False
             _trace_stop(stop)
+            self.follow_call()
             frontend = self._frontend()
             if frontend is None:
                 if note:
@@ -255,7 +279,9 @@ def _waiting_stop(x: torch.Tensor, site: Site, inputs: list[torch.Tensor], writa
 def _pause(x: torch.Tensor, site_id: int, inputs: list[torch.Tensor]) -> None:
     stepper = STEPPER
     if stepper.detached:
-        return
+        stepper.follow_call()
+        if stepper.detached:
+            return
     site = SITES.get(site_id)
     stepper.hits[site_id] += 1
     reason = stepper.reason_to_stop(site_id, site)
@@ -284,7 +310,9 @@ def on_grad_pause(g: torch.Tensor, site: Site) -> None:
 def _grad_pause(g: torch.Tensor, site: Site) -> None:
     stepper = STEPPER
     if stepper.detached:
-        return
+        stepper.follow_call()
+        if stepper.detached:
+            return
     stepper.hits[site.id] += 1
     reason = stepper.reason_to_stop(site.id, site)
     if reason is None:

@@ -50,6 +50,11 @@ def perturb(op: str, module: str, eps: float = 1e-3, inner: str = "eager"):
     return _rewrite("perturb", op, module, lambda g, n: _after(g, n, torch.add, eps), inner)
 
 
+def scale(op: str, module: str, factor: float = 1.01, inner: str = "eager"):
+    """Multiply the output of the planted node by `factor` (a constant folded wrongly)."""
+    return _rewrite("scale", op, module, lambda g, n: _after(g, n, torch.mul, factor), inner)
+
+
 def swap_op(op: str, module: str, replacement, inner: str = "eager"):
     """Call `replacement` instead of the planted node's op (e.g. gelu -> relu)."""
     def make(graph, node):

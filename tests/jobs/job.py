@@ -1,6 +1,6 @@
 """A DDP training job of a small transformer for the distributed tests (gloo, CPU).
 
-    torchrun --nproc-per-node 2 tests/jobs/job.py --out DIR [--steps 2] [--record DIR]
+    torchrun --nproc-per-node 2 tests/jobs/job.py --out DIR [--steps 2] [--record DIR] [--wrap fsdp2]
 
 Every torch.compile option comes from DYNSTEP_* (pause, ranks, commands...). Each rank writes
 DIR/rank<N>.json: its losses and a checksum of its parameters. `simulate()` computes what each
@@ -63,7 +63,8 @@ def batch(rank: int, step: int) -> torch.Tensor:
 
 
 def checksum(m: nn.Module) -> list[float]:
-    return [float(p.detach().double().sum()) for p in m.parameters()]
+    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in m.parameters()]   # FSDP2's shards
+    return [float(p.detach().double().sum()) for p in full]
 
 
 def simulate(steps: int, scales: dict[int, float] | None = None) -> dict[int, dict]:
@@ -121,7 +122,7 @@ def train(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    ddp = DDP(model())
+    ddp = DDP(model()) if args.wrap == "ddp" else sharded(model())
     compiled = torch.compile(ddp, backend="superstep", options={"inner": args.inner})
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     losses = []
@@ -133,8 +134,18 @@ def train(args: argparse.Namespace) -> None:
             loss.backward()
             opt.step()
             losses.append(loss.item())
-    write(args.out, rank, {"losses": losses, "params": checksum(ddp.module)})
+    write(args.out, rank, {"losses": losses, "params": checksum(ddp.module if args.wrap == "ddp" else ddp)})
     dist.destroy_process_group()
+
+
+def sharded(m: Tiny) -> Tiny:
+    """FSDP2: each block and the whole model sharded across the ranks (fully_shard), CPU and gloo."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in m.layers:
+        fully_shard(layer)
+    fully_shard(m)
+    return m
 
 
 def main() -> None:
@@ -143,6 +154,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--inner", default="aot_eager")
     ap.add_argument("--record", default=None)
+    ap.add_argument("--wrap", choices=("ddp", "fsdp2"), default="ddp")
     train(ap.parse_args())
 
 

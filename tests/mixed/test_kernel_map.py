@@ -133,3 +133,36 @@ def test_a_library_without_the_kernel_symbol_is_a_clear_problem():
     libc = elf.loaded_library(ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value)[0]
     k = inductor._cpp(NativeKernel(kind="", name="cpp_fused_x_0", nodes=("x",)), libc)
     assert k.targets == () and "exports no `kernel`" in k.problem and "TORCHINDUCTOR_DEBUG_COMPILE" in k.problem
+
+
+GPT2 = """
+import torch, transformers
+cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, n_positions=32, vocab_size=64, bos_token_id=0,
+                              eos_token_id=0)
+torch.manual_seed(0)
+model = transformers.GPT2LMHeadModel(cfg).eval()
+with torch.no_grad():
+    out = torch.compile(model)(torch.randint(0, 64, (2, 8)), use_cache=False).logits
+print("done", tuple(out.shape))
+"""
+
+
+def test_native_at_a_view_node_names_the_kernel_that_wrote_its_buffer(tmp_path):
+    """Issue 25 defect 6: GPT-2's MLP returns a view (Conv1D's `x.view(size_out)`, then dropout): `native`
+    named nothing and `native break` said "nothing to break on"."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("transformers")
+    script = tmp_path / "gpt2_run.py"
+    script.write_text(GPT2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNSTEP_")}
+    env.update(HF_HUB_OFFLINE="1", NO_COLOR="1", COLUMNS="250", PYTHONWARNINGS="ignore")
+    done = subprocess.run([sys.executable, "-m", "dynstep", "run", "--pause", "module:transformer.h.0.mlp",
+                           "--commands", "native; native break; c", str(script)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "done (2, 8, 64)" in out, out[-3000:]
+    assert "node hidden_states_6 is a view (hidden_states_6 → x_7 → x_6): it aliases the buffer of x_6" in out, out
+    assert "extern_kernels.addmm" in out and "aten::addmm.out" in out
+    assert "nothing to break on" not in out and "no debugger is attached" in out
