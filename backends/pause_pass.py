@@ -27,11 +27,11 @@ import torch.fx
 from dynstep import _compat
 from dynstep.core.options import Options
 from dynstep.core.records import GraphRow
-from dynstep.core.sites import SITES, Site
+from dynstep.core.sites import SITES, Site, UserLine
 from dynstep.graph import info as gi
 from dynstep.graph import selectors as sel
 from dynstep.ops import schema as ops
-from dynstep.step import kernel as step_kernel
+from dynstep.step import registration as step_registration
 from dynstep.step.graphs import GRAPHS, GraphEntry
 from dynstep.step.stepper import STEPPER
 
@@ -70,7 +70,7 @@ def commands_of(per_call: bool):
 
 def configure_stepper(opts: Options) -> None:
     """Tell the stepper who answers stops (pauses, steps, nan="stop") for graphs compiled with opts."""
-    step_kernel.ensure()
+    step_registration.ensure()
     STEPPER.configure(frontend=opts.frontend, commands=opts.commands, step=opts.step, per_call=_PER_CALL.get())
     _coordinate(opts)
 
@@ -99,7 +99,7 @@ def insert_pauses(gm: torch.fx.GraphModule, plan: PausePlan) -> list[Site]:
     _warn_unmatched(graph, chosen, matches, plan.graph_id)
     if not matches and not plan.step:
         return []
-    step_kernel.ensure()
+    step_registration.ensure()
     selected: dict[torch.fx.Node, str] = {}
     named: dict[torch.fx.Node, tuple[str, ...]] = {}
     for m in matches:
@@ -157,7 +157,7 @@ def _add_site(node: torch.fx.Node, plan: PausePlan, selector: str | None, last_o
                      inputs=tuple(a.name for a in inputs),
                      input_names=tuple(_compat.input_local_name(a) if a.op == "placeholder" else "" for a in inputs),
                      user_name=user_name, modules=modules,
-                     frames=tuple(f"{f.file}:{f.line}" for f in gi.user_frames(node)))
+                     frames=tuple(UserLine(f.file, f.line) for f in gi.user_frames(node)))
 
 
 def _last_of_line(values: list[torch.fx.Node]) -> set:

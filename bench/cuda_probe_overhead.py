@@ -179,9 +179,9 @@ def main() -> int:
         print("cuda_probe_overhead: no CUDA device; skipped")
         return 0
     from dynstep import _compat
-    from dynstep.probe import kernel
+    from dynstep.probe import registration
 
-    kernel.ensure()   # the native kernels
+    registration.ensure()   # the native kernels
 
     if not _compat.has_kernel("dynstep::probe", "CUDA"):
         print("cuda_probe_overhead: no CUDA kernel registered for dynstep::probe (see `dynstep doctor`)")

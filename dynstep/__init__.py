@@ -44,7 +44,7 @@ _LAZY = {
     "Snapshot": "dynstep.core.records", "Stats": "dynstep.core.records",
     "Session": "dynstep.probe.sessions", "session": "dynstep.probe.sessions",
     "default_session": "dynstep.probe.sessions",
-    "Recording": "dynstep.probe.recording", "load": "dynstep.probe.recording",
+    "Recording": "dynstep.recording.reader", "load": "dynstep.recording.reader",
     "set_record_memory_cap": "dynstep.probe.rings", "record_memory": "dynstep.probe.rings",
     **{name: "dynstep.probe.api" for name in (
         "TensorProbe", "PrintAction", "RecordAction", "CheckAction", "drain_records",
@@ -63,7 +63,7 @@ _MODULES = {
     "probes": "dynstep.probe.switch", "breakpoints": "dynstep.step.breakpoints",
     "compile_stop": "dynstep.step.compile_stop", "stepper": "dynstep.step.stepper",
     "selectors": "dynstep.graph.selectors", "sessions": "dynstep.probe.sessions",
-    "storage": "dynstep.probe.storage", "records": "dynstep.core.records",
+    "storage": "dynstep.recording.storage", "records": "dynstep.core.records",
     "flight": "dynstep.flight",   # dynstep.flight.watch(), .dump(), .replay()
 }
 
@@ -80,7 +80,7 @@ if TYPE_CHECKING:
                             TensorProbe, TensorRecord, drain_records)
     from .probe.rings import record_memory, set_record_memory_cap
     from .probe.sessions import Session, default_session, session
-    from .probe.recording import Recording, load
+    from .recording.reader import Recording, load
     from .dap.api import serve_dap
     from .step.bp_stops import configure
     from .step.breakpoints import breakpoint

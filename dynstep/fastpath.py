@@ -8,9 +8,9 @@ kernels first, so `probe` is the native direct entry whenever the native kernel 
 
 from __future__ import annotations
 
-from .probe import kernel as _kernel
+from .probe import registration as _registration
 
-_kernel.ensure()
+_registration.ensure()
 
 from .probe.fastpath import probe  # noqa: E402  (bound by ensure())
 

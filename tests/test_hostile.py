@@ -289,7 +289,7 @@ def test_bad_recording_lines(tmp_path, change, words):
 
 def _save_three(tmp_path):
     from dynstep.core.records import Snapshot, Stats
-    from dynstep.probe.storage import save
+    from dynstep.recording.storage import save
 
     snaps = [Snapshot(kind="value", probe="op:x", node="n", target="t", module="m", source="a.py:1", graph="g",
                       call=i, shape=(2,), dtype="float32", device="cpu", stats=Stats(0.0, 1.0, 0.5, 0.1, 1.0, 0, 0, 2),
@@ -386,7 +386,7 @@ def test_26_09_a_manifest_that_is_a_fifo_is_named_and_never_waited_on(tmp_path):
     """Loading and saving over it, in a subprocess: a FIFO opened for reading would block forever."""
     code = f"""
 import os, time, dynstep
-import dynstep.probe.recording, dynstep.probe.sessions   # imported before the clock starts
+import dynstep.recording.reader, dynstep.probe.sessions   # imported before the clock starts
 from dynstep.core.errors import StorageError
 path = {str(tmp_path / "fifo.dynstep")!r}
 os.mkdir(path)

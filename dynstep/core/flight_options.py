@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import OptionsError
+from .onoff import on_off
 
 DEFAULT_PATH = "dynstep-flight"
 DEFAULT_STEPS = 64
@@ -32,8 +33,6 @@ DEFAULT_INPUTS = 512 << 20
 DEFAULT_SPIKE_FACTOR = 2.0
 RULES = ("nonfinite", "nonfinite:value", "spike:NAME", "spike:NAME:FACTOR", "exception", "signal")
 KEYS = ("steps", "on", "path", "select", "inputs")
-_ON = {"1", "true", "yes", "on"}
-_OFF = {"0", "false", "no", "off", ""}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,9 +105,10 @@ def _build(given: Mapping[str, Any], env: Mapping[str, str], path: Any) -> Fligh
 
 def _env_path(env: Mapping[str, str]) -> str | None:
     raw = env.get("DYNSTEP_FLIGHT", "").strip()
-    if raw.lower() in _OFF:
-        return None
-    return DEFAULT_PATH if raw.lower() in _ON else raw
+    switch = on_off(raw)
+    if switch is not None:
+        return DEFAULT_PATH if switch else None
+    return raw
 
 
 def _env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:

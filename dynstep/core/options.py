@@ -32,13 +32,12 @@ from typing import Any
 
 from .errors import OptionsError
 from .flight_options import DEFAULT_STEPS, MAX_STEPS, FlightOptions, parse_flight
+from .onoff import on_off
 
 ACTIONS = ("summary", "record", "print", "nan")
 NAN_MODES = ("raise", "stop", "warn")
 FRONTENDS = ("repl", "script", "pdb")
 MAX_RECORD = 1 << 24   # ring slots per probe; more is a typo, not a debugging session
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +78,7 @@ class Options:
                 f"unknown superstep option(s) {unknown}; expected some of {sorted(known)}")
         env = os.environ if environ is None else environ
         inner = given.get("inner", env.get("DYNSTEP_INNER") or "inductor")
-        if _env_flag(env, "DYNSTEP_DISABLE"):
+        if env_value("DYNSTEP_DISABLE", env):
             return cls(inner=inner, mode=given.get("mode", mode))
         values: dict[str, Any] = {"inner": _inner(inner)}
         for name in ("probe", "pause"):
@@ -87,7 +86,7 @@ class Options:
         values["actions"] = _actions(given.get("actions", None), _env_list(env, "actions"))
         values["record"] = _int("record", given.get("record", env.get("DYNSTEP_RECORD", 16)))
         for flag in ("grads", "diff", "step"):
-            values[flag] = _bool(flag, given.get(flag, _env_flag(env, f"DYNSTEP_{flag.upper()}")))
+            values[flag] = _bool(flag, given.get(flag, env_value(f"DYNSTEP_{flag.upper()}", env)))
         values["nan"] = _nan(given.get("nan", env.get("DYNSTEP_NAN") or None))
         values["mode"] = given.get("mode", mode or env.get("DYNSTEP_MODE") or None)
         values.update(_front(given.get("frontend", env.get("DYNSTEP_FRONTEND") or None),
@@ -237,10 +236,10 @@ def _bad(var: EnvVar, raw: str, more: str = "") -> OptionsError:
 
 
 def _on_off(var: EnvVar, raw: str) -> bool:
-    text = raw.strip().lower()
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    raise _bad(var, raw, " (or true/false, yes/no, on/off)")
+    value = on_off(raw)
+    if value is None:
+        raise _bad(var, raw, " (or true/false, yes/no, on/off)")
+    return value
 
 
 def _number(var: EnvVar, raw: str) -> float:
@@ -325,15 +324,6 @@ def _str_list(name: str, value: Any) -> tuple[str, ...]:
 def _env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     raw = env.get(f"DYNSTEP_{name.upper()}", "")
     return tuple(part.strip() for part in raw.split(",") if part.strip())
-
-
-def _env_flag(env: Mapping[str, str], key: str) -> bool:
-    raw = env.get(key, "").strip().lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise OptionsError(f"environment variable {key}={raw!r}: expected one of 1/0/true/false")
 
 
 def _int(name: str, value: Any) -> int:

@@ -2,6 +2,7 @@
 (one line of a compiled graph's listing). Frozen dataclasses, no behaviour beyond conversion.
 
     snap.node, snap.source, snap.module, snap.shape, snap.stats["absmax"], snap.tensor
+    dtype_name(torch.bfloat16)   -> "bfloat16" (how a Snapshot names its dtype)
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ from typing import Any
 import torch
 
 STAT_FIELDS = ("min", "max", "mean", "std", "absmax", "nan", "inf", "count")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """A dtype as dynstep names it everywhere (`Snapshot.dtype`, the REPL, DAP, the diff): "float32"."""
+    return str(dtype).removeprefix("torch.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ to find the superstep backend — and installed the first time the engine needs 
     wiring.default_sink()(event)                  # where events go when no sink is in use
     wiring.make_frontend("pdb", None)             # who answers a stop (None: nothing can)
     wiring.render("diff.html", report)            # a renderer a front end registered
+    class DiffReport(Rendered): RENDERER = "diff"  # to_json(), to_html() and show() through them
 
 A program that wants another front end (an editor, a notebook) calls `install_sink`,
 `install_frontend_factory` and `register_renderer` itself; what it installed is kept.
@@ -16,6 +17,7 @@ A program that wants another front end (an editor, a notebook) calls `install_si
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import warnings
@@ -138,6 +140,36 @@ def render(name: str, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"dynstep: no renderer {name!r} is installed (known: {sorted(_renderers)}); "
                            f"front ends register theirs through the {GROUP!r} entry points")
     return fn(*args, **kwargs)
+
+
+class Rendered:
+    """A result a user saves and looks at (`DiffReport`, `Comparison`): `to_json` writes its `to_dict`,
+    `to_html` and `show` go through the renderers a front end registered as "<RENDERER>.html" and
+    "<RENDERER>.show"."""
+
+    RENDERER = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def to_json(self, path: str | None = None, *, indent: int = 2) -> str:
+        """The result as JSON text (also written to `path` when given)."""
+        return _written(json.dumps(self.to_dict(), indent=indent), path)
+
+    def to_html(self, path: str | None = None) -> str:
+        """A self-contained HTML page, from the renderer "<RENDERER>.html" (also written to `path` when given)."""
+        return _written(render(f"{self.RENDERER}.html", self), path)
+
+    def show(self, console: Any = None) -> None:
+        """The result in the terminal, from the renderer "<RENDERER>.show"."""
+        render(f"{self.RENDERER}.show", self, console=console)
+
+
+def _written(text: str, path: str | None) -> str:
+    if path is not None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return text
 
 
 def _drop(event: object) -> None:

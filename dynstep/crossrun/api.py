@@ -67,7 +67,7 @@ def _run(run: Any, label: str, rank: int | None) -> tuple[str, list[Snapshot], T
     """(a name, the hits of one rank with identities, how to read a hit's tensor, notes)."""
     notes: list[str] = []
     if isinstance(run, (str, os.PathLike)):
-        from ..probe.recording import load
+        from ..recording.reader import load
 
         name, run = str(run), load(run, tensors=False)
     else:

@@ -11,11 +11,10 @@ per-module curves. Frozen dataclasses; `to_json()` is the stable machine-readabl
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 from typing import Any
 
 from ..core import wiring
+from ..core.jsonsafe import json_safe
 from ..core.records import Snapshot, Stats
 
 
@@ -108,8 +107,12 @@ class ModuleCurve:
 
 
 @dataclasses.dataclass(frozen=True)
-class Comparison:
-    """The result of `dynstep.compare(a, b)`."""
+class Comparison(wiring.Rendered):
+    """The result of `dynstep.compare(a, b)`. `to_json()`, `to_html()` (a self-contained page with
+    per-module curves of both runs, the renderer "compare.html"), `show()` (the first divergence and
+    what did not align, in the terminal)."""
+
+    RENDERER = "compare"
 
     a: str
     b: str
@@ -139,37 +142,5 @@ class Comparison:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "curves"}
         out["aligned"] = dict(self.aligned)
         out.update(ok=self.ok, summary=self.summary())
-        return _clean(out)
+        return json_safe(out)
 
-    def to_json(self, path: str | None = None, *, indent: int = 2) -> str:
-        text = json.dumps(self.to_dict(), indent=indent)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-        return text
-
-    def to_html(self, path: str | None = None) -> str:
-        """A self-contained page with per-module curves of both runs (renderer "compare.html")."""
-        text = wiring.render("compare.html", self)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-        return text
-
-    def show(self, console: Any = None) -> None:
-        """The first divergence and what did not align, in the terminal (renderer "compare.show")."""
-        wiring.render("compare.show", self, console=console)
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, Stats):
-        return _clean(value.to_dict())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return value

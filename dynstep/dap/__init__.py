@@ -11,13 +11,13 @@ and injects inside compiled graphs through the runtime stepper:
                  requests, disconnect and terminate (the server's and the job adapter's alike)
     server       the endpoint in the debugged process: dispatch, holding a stopped program thread
     requests     the server's session requests (breakpoints, threads, pause, source, terminate, ...)
-    breakpoints  source and function breakpoints as selectors; conditions, hit counts, logpoints
+    client_breaks the client's source and function breakpoints as selectors; conditions, hit counts, logpoints
     stopview     a runtime stop as frames, scopes and variables; evaluate; inject (setVariable)
     compileview  dynstep.breakpoint()'s compile-time stop
     bytecodeview a stop in Dynamo's bytecode (--step-bytecode): instruction listing, disassemble
     variables    values as DAP variables (tensors: shape, dtype, device, stats, paged rows)
     sources      virtual sources: graph listings, the graph so far, guards
-    adapter      the stepper's front end for a client (`DapFrontend`), the output-event sink
+    frontend     the stepper's front end for a client (`DapFrontend`), the output-event sink
     client       a small DAP client (`dynstep attach`, tests, the job's adapter)
     job, jobids, jobworkers   the job's adapter (an endpoint): the ranks of a torchrun node as threads
                  of one session

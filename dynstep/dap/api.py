@@ -22,8 +22,9 @@ import threading
 from ..core import wiring
 from ..core.errors import OptionsError
 from ..core.events import Info, emit
+from ..core.options import env_value
 from ..step.stepper import STEPPER
-from .adapter import DapFrontend, OutputSink
+from .frontend import DapFrontend, OutputSink
 from .server import DapServer
 
 DEFAULT_PORT = 5679
@@ -66,7 +67,7 @@ def serve_from_env() -> DapServer | None:
     address = os.environ.get("DYNSTEP_DAP", "").strip()
     if not address or _server is not None:
         return _server
-    wait = os.environ.get("DYNSTEP_DAP_WAIT", "").strip().lower() in ("1", "true", "yes", "on")
+    wait = bool(env_value("DYNSTEP_DAP_WAIT"))
     return serve_dap(address, token=os.environ.get("DYNSTEP_DAP_TOKEN") or None, wait=wait)
 
 

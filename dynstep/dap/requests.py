@@ -20,7 +20,7 @@ from ..core.events import Warning_, emit
 from ..jobs import identity
 from ..step.graphs import GRAPHS
 from ..step.stepper import STEPPER
-from .breakpoints import Breakpoints
+from .client_breaks import ClientBreakpoints
 from .protocol import DapError
 from .session import ClientSession
 from .sources import Sources
@@ -43,7 +43,7 @@ class SessionRequests:
 
     def init_session(self) -> None:
         self.sources = Sources()
-        self.breakpoints = Breakpoints(self._breakpoints_changed)
+        self.breakpoints = ClientBreakpoints(self._breakpoints_changed)
         self.configured = threading.Event()
         self.exited = False
         self.thread_ids: dict[int, tuple[int, str]] = {}

@@ -161,9 +161,8 @@ class StopView(View):
         locations = stack_locations(self.stop)
         root = root_frame(locations[-1], self.py_frames) if locations else None
         for i, location in enumerate(locations):
-            file, _, line = location.rpartition(":")
-            lineno = int(line) if line.isdigit() else 0
-            text = linecache.getline(file, lineno).strip() or location
+            file, lineno = location.file, location.line
+            text = linecache.getline(file, lineno).strip() or str(location)
             label = f"{site.module or '<top>'}: {text}" if i == 0 else text
             outermost = i == len(locations) - 1
             frame = NodeFrame(level=i, py=root if outermost else None, outermost=outermost)

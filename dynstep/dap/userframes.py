@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..core.sites import SITES
+from ..core.sites import SITES, UserLine
 from ..graph import info as gi
 from ..step.graphs import GRAPHS
 from ..step.stepper import Stepper, Stop
@@ -64,9 +64,9 @@ def python_frames(skip_dirs: tuple[str, ...]) -> list[types.FrameType]:
     return out
 
 
-def stack_locations(stop: Stop) -> list[str]:
-    """"path:line" of the node's user frames, innermost first. A site placed without them (a probe
-    from an older pass) takes them from the graph listing's node of the same name."""
+def stack_locations(stop: Stop) -> list[UserLine]:
+    """The node's user frames, innermost first. A site placed without them (a probe from an older
+    pass) takes them from the graph listing's node of the same name."""
     site = stop.site
     if site.frames:
         return list(reversed(site.frames))
@@ -75,23 +75,22 @@ def stack_locations(stop: Stop) -> list[str]:
     if node is not None:
         frames = gi.user_frames(node)
         if frames:
-            return [f"{f.file}:{f.line}" for f in reversed(frames)]
-    return [site.source] if site.source else []
+            return [UserLine(f.file, f.line) for f in reversed(frames)]
+    return [UserLine.parse(site.source)] if site.source else []
 
 
-def root_frame(location: str, frames: list[types.FrameType]) -> types.FrameType | None:
+def root_frame(location: UserLine, frames: list[types.FrameType]) -> types.FrameType | None:
     """The innermost Python frame of the file of `location` whose function spans its line: the frame
     that runs the compiled function. Dynamo's transformed code keeps the function's file and first
     line but not its line table, so the span is the function's in the source (`_span`)."""
-    file, _, line = location.rpartition(":")
-    if not line.isdigit():
+    if location.line <= 0:
         return None
-    real = os.path.realpath(file)
+    real = os.path.realpath(location.file)
     for f in frames:
         code = f.f_code
         if os.path.realpath(code.co_filename) == real:
             span = _span(code.co_filename, code.co_firstlineno)
-            if span is not None and span[0] <= int(line) <= span[1]:
+            if span is not None and span[0] <= location.line <= span[1]:
                 return f
     return None
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..core.records import STAT_FIELDS
+from ..core.records import STAT_FIELDS, dtype_name
 from ..probe.stats import stats_of, unsupported_reason
 from ..step.values import safe_text
 from .protocol import DapError
@@ -80,7 +80,7 @@ def short(value: Any) -> str:
         try:
             text = tensor_summary(value)
         except Exception:   # a FakeTensor at a compile-time stop, an odd subclass: its type is enough
-            text = f"{type(value).__name__} {str(value.dtype).replace('torch.', '')}{list(value.shape)} {value.device}"
+            text = f"{type(value).__name__} {dtype_name(value.dtype)}{list(value.shape)} {value.device}"
     elif isinstance(value, str):
         text = value
     else:
@@ -89,7 +89,7 @@ def short(value: Any) -> str:
 
 
 def tensor_summary(t: torch.Tensor) -> str:
-    dtype = str(t.dtype).replace("torch.", "")
+    dtype = dtype_name(t.dtype)
     head = f"{SHORT_DTYPES.get(dtype, dtype)}{list(t.shape)} {t.device}"
     if t.dim() == 0 or unsupported_reason(t) is not None:
         return safe_text(t)
@@ -171,7 +171,7 @@ class TensorChildren:
             if unsupported_reason(t) or t.numel() == 0 else stats_of(t)
         if not isinstance(stats, str):
             stats = {k: getattr(stats, k) for k in STAT_FIELDS}
-        return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "device": str(t.device),
+        return {"shape": list(t.shape), "dtype": dtype_name(t.dtype), "device": str(t.device),
                 "stats": stats}
 
     def counts(self) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..core.records import dtype_name
 from .report import NodeDiff
 
 # torch.testing.assert_close's default tolerances (its documentation's table), by dtype
@@ -94,9 +95,9 @@ def describe(eager: Any, compiled: Any, rtol: float | None, atol: float | None) 
     """'' when close (torch.testing's tolerances unless given), else what differs, in one line."""
     if not isinstance(eager, torch.Tensor) or not isinstance(compiled, torch.Tensor):
         return "" if type(eager) is type(compiled) and eager == compiled else f"eager {eager!r}, compiled {compiled!r}"
-    kind = f"{str(eager.dtype).replace('torch.', '')}{list(eager.shape)}"
+    kind = f"{dtype_name(eager.dtype)}{list(eager.shape)}"
     if eager.shape != compiled.shape or eager.dtype != compiled.dtype:
-        return f"eager {kind}, compiled {str(compiled.dtype).replace('torch.', '')}{list(compiled.shape)}"
+        return f"eager {kind}, compiled {dtype_name(compiled.dtype)}{list(compiled.shape)}"
     default = _TOLERANCES.get(eager.dtype, (0.0, 0.0))
     rtol, atol = (default[0] if rtol is None else rtol), (default[1] if atol is None else atol)
     e, c = eager.detach().cpu().double(), compiled.detach().cpu().double()

@@ -13,13 +13,13 @@ result does not know its front end.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 from typing import Any
 
 import torch.fx
 
 from ..core import wiring
+from ..core.jsonsafe import json_safe
+from ..core.records import dtype_name
 from ..graph import info as gi
 from .judge import Metrics, Tolerance, verdict
 
@@ -56,7 +56,7 @@ class NodeDiff:
            own: bool | None = None, tol: Tolerance | None = None) -> "NodeDiff":
         src, text = gi.source(node)
         shape = tuple(value.shape) if hasattr(value, "shape") else ()
-        dtype = str(value.dtype).replace("torch.", "") if hasattr(value, "dtype") else type(value).__name__
+        dtype = dtype_name(value.dtype) if hasattr(value, "dtype") else type(value).__name__
         return cls(node=node.name, target=gi.op_name(node), module=gi.module_path(node), source=src,
                    source_text=text, shape=shape, dtype=dtype, diverged=m.diverged, error=m.error,
                    ref_error=m.ref_error, budget=m.budget, ratio=m.ratio, max_abs=m.max_abs,
@@ -179,8 +179,11 @@ class GraphDiff:
 
 
 @dataclasses.dataclass(frozen=True)
-class DiffReport:
-    """The result of `dynstep.diff`: one `GraphDiff` per compiled graph call."""
+class DiffReport(wiring.Rendered):
+    """The result of `dynstep.diff`: one `GraphDiff` per compiled graph call. `to_json()`, `to_html()` (a
+    self-contained page, the renderer "diff.html"), `show()` (a table per graph call in the terminal)."""
+
+    RENDERER = "diff"
 
     backend: str
     graphs: tuple[GraphDiff, ...]
@@ -235,37 +238,7 @@ class DiffReport:
         return "dynstep diff: outputs diverge (see the report)"
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean({"backend": self.backend, "ok": self.ok, "summary": self.summary(),
-                       "first_divergence": self.first_divergence, "root_cause": self.root_cause,
-                       "graphs": list(self.graphs)})
+        return json_safe({"backend": self.backend, "ok": self.ok, "summary": self.summary(),
+                          "first_divergence": self.first_divergence, "root_cause": self.root_cause,
+                          "graphs": list(self.graphs)})
 
-    def to_json(self, path: str | None = None, *, indent: int = 2) -> str:
-        text = json.dumps(self.to_dict(), indent=indent)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-        return text
-
-    def to_html(self, path: str | None = None) -> str:
-        """A self-contained HTML page (the renderer the front end registered as "diff.html")."""
-        text = wiring.render("diff.html", self)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-        return text
-
-    def show(self, console: Any = None) -> None:
-        """A table per graph call in the terminal (the renderer registered as "diff.show")."""
-        wiring.render("diff.show", self, console=console)
-
-
-def _clean(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return value

@@ -32,6 +32,7 @@ import torch.fx
 
 from .. import _compat
 from .._compat import bisector
+from ..core.records import dtype_name
 from ..graph import info as gi
 from . import _backends
 from .judge import Reference, fetch_attr, judge_value, to_fp64
@@ -241,4 +242,4 @@ def _cause(subsystem: str, detail: str, stage: str, number: int | None, tried: l
 
 def _dtype(boundary: Boundary) -> str:
     value = boundary.eager[0] if isinstance(boundary.eager, (tuple, list)) else boundary.eager
-    return str(getattr(value, "dtype", "?")).replace("torch.", "")
+    return dtype_name(value.dtype) if hasattr(value, "dtype") else "?"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import DynstepError
-from ..report.flight_records import FlightInfo, Trigger
+from ..recording.flight_facts import FlightInfo, Trigger
 from .recorder import FlightRecorder, current, stop
 
 __all__ = ["FlightInfo", "FlightRecorder", "Trigger", "current", "dump", "replay", "stop", "watch"]

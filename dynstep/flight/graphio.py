@@ -25,6 +25,7 @@ import torch
 import torch.fx
 
 from .. import _compat
+from ..core.records import dtype_name
 
 
 class UnsupportedGraph(ValueError):
@@ -144,7 +145,7 @@ def _enc(value: Any, n: torch.fx.Node, alias: dict[str, str]) -> Any:
     if isinstance(value, dict):
         return {"dict": [[_enc(k, n, alias), _enc(v, n, alias)] for k, v in value.items()]}
     if isinstance(value, torch.dtype):
-        return {"dtype": str(value).removeprefix("torch.")}
+        return {"dtype": dtype_name(value)}
     if isinstance(value, torch.device):
         return {"device": str(value)}
     if isinstance(value, (torch.memory_format, torch.layout)):

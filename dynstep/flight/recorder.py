@@ -31,8 +31,8 @@ from ..core.records import Snapshot
 from ..core.sites import Site
 from ..probe import rings, runtime
 from ..report.compile_log import COMPILE_LOG
-from ..report.flight_records import Trigger
-from ..report.records import RunInfo
+from ..recording.flight_facts import Trigger
+from ..recording.facts import RunInfo
 from . import triggers
 from .clock import StepClock
 from .hooks import Hooks

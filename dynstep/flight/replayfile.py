@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core.errors import StorageError
-from ..report.flight_records import Trigger
+from ..recording.flight_facts import Trigger
 
 if TYPE_CHECKING:
     from .source import DumpSource

@@ -30,7 +30,7 @@ from .. import _compat
 from ..core.errors import StorageError
 from ..core.records import Stats
 from ..probe.stats import stats_of
-from ..report.flight_records import Trigger
+from ..recording.flight_facts import Trigger
 from .graphio import graph_from_json, input_name
 from .replayfile import ReplayCall, read_replay
 
@@ -54,7 +54,7 @@ class ReplayResult:
 
 
 def replay(dump: str | Path, *, out: str | Path | None = None) -> ReplayResult:
-    from ..probe.recording import load
+    from ..recording.reader import load
 
     dump = Path(dump)
     rec = load(dump, tensors=False)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import torch
 
 from ..core.flight_options import FlightOptions
-from ..report.records import RunInfo
+from ..recording.facts import RunInfo
 from .clock import StepClock
 from .inputs import InputKeeper
 from .ring import SiteRing

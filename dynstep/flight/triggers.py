@@ -20,8 +20,8 @@ from collections.abc import Collection, Iterable, Sequence
 
 from ..core.records import Snapshot
 from ..core.sites import Site
-from ..report.flight_records import Trigger
-from ..report.records import timestamp
+from ..recording.flight_facts import Trigger
+from ..recording.facts import timestamp
 from .ring import Hit
 
 WARMUP = 4

@@ -5,7 +5,7 @@ draws it), crash-safe as recordings are (built in a sibling folder, renamed into
   the K steps before it), each snapshot with its `step`; encoded here from the rings' compact hits, one
   JSON prefix per site, so K = 64 steps of a few thousand values write in well under a second;
 - flight.json: the trigger (kind, step, node, module, source, graph, phase) and the window
-  (`dynstep.report.flight_records.FlightInfo`);
+  (`dynstep.recording.flight_facts.FlightInfo`);
 - replay.json + replay.safetensors, when the trigger's graph call could be kept: the graph as JSON and
   its inputs (`dynstep flight replay DUMP`); otherwise flight.json's `replay` says why not.
 
@@ -17,17 +17,17 @@ The dump's folder is DIR/<date>-<time>-rank<R>-<kind> (with -2, -3 ... if taken)
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.jsonsafe import json_float, json_safe
 from ..jobs.identity import rank_world
 from ..probe import rings
-from ..probe.storage import json_safe, save_prepared
+from ..recording.facts import RunInfo
+from ..recording.flight_facts import FlightInfo, Trigger, WatchSeries, flight_json
+from ..recording.storage import save_prepared
 from ..report.compile_log import COMPILE_LOG
-from ..report.flight_records import FlightInfo, Trigger, WatchSeries, flight_json
-from ..report.records import RunInfo
 from . import triggers
 from .replayfile import replay_files
 
@@ -117,9 +117,7 @@ def _prefix(site: "Site", hit: "Hit", rank: int, world: int) -> str:
 
 
 def _num(v: float) -> str:
-    if math.isfinite(v):
-        return repr(float(v))
-    return '"nan"' if math.isnan(v) else ('"inf"' if v > 0 else '"-inf"')
+    return json.dumps(json_float(float(v)))
 
 
 def _unique(folder: Path, trigger: Trigger) -> Path:

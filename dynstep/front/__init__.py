@@ -11,8 +11,9 @@ composition root) and typed events.
     frontends     scripted commands, the pdb front end, and the factory that picks one
     diff_show     the diff's rich table and progress bar
     diff_html     the diff's self-contained HTML page
-    report_cli    `dynstep report`: the verb; report_html, report_charts, report_assets: its page;
-                  report_show: its terminal summary and `dynstep run`'s graph breaks; report_text: shared text
+    report_cli    `dynstep report`: the verb; report_html, report_charts, report_assets, report_leadup: its
+                  page; report_show: its terminal summary and `dynstep run`'s graph breaks (what they say and
+                  show is built in `dynstep.report`: text, page_data, model)
     pytest_plugin `pytest --dynstep-compare=BACKEND` (entry point pytest11; imports no torch when loaded)
     wiring        the composition root
 """

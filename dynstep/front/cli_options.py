@@ -89,6 +89,7 @@ def dap_options(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
     import secrets
 
     from ..core.errors import OptionsError
+    from ..core.options import env_value
     from ..dap.api import parse_address
     from ..dap.session import is_loopback
 
@@ -104,7 +105,7 @@ def dap_options(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
         token = secrets.token_urlsafe(16)
         print(f"dynstep: the debug adapter listens on {host}, beyond this machine: clients must attach with "
               f"token {token} (the \"token\" of the attach configuration, or dynstep attach --token)", file=sys.stderr)
-    wait = args.wait or os.environ.get("DYNSTEP_DAP_WAIT", "").strip().lower() in ("1", "true", "yes", "on")
+    wait = args.wait or bool(env_value("DYNSTEP_DAP_WAIT"))
     return {"address": address, "token": token, "wait": wait}, ""
 
 

@@ -38,10 +38,10 @@ def _backend(lines: list[str]) -> bool:
 
 def _kernels(lines: list[str]) -> None:
     from ..ops import native, schema
-    from ..probe import kernel
+    from ..probe import registration
     from ..step import breakpoints
 
-    kernel.ensure()        # what a compile with probes would register
+    registration.ensure()  # what a compile with probes would register
     breakpoints.ensure()   # ... and one with stop points or breakpoints
     st = native.status()
     lines.append(f"native extension: {'loaded' if st.loaded else 'not loaded'} ({st.reason})")

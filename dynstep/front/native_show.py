@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..mixed.events import NativeShown, NativeTrapped
-from ..mixed.records import ATEN, CPP, EXTERN, FALLBACK, TRITON, NativeKernel, NativeReport, TrapOutcome
+from ..mixed.findings import ATEN, CPP, EXTERN, FALLBACK, TRITON, NativeKernel, NativeReport, TrapOutcome
 
 LABEL = {CPP: "kernel", TRITON: "triton", EXTERN: "aten", FALLBACK: "aten", ATEN: "aten"}
 

@@ -2,9 +2,9 @@
 
 One chart per series (a probed value, or its gradient) over its calls: min, max, mean with a
 mean ± std band, absmax dashed, NaN/Inf counts as red bars in a strip below, and a red line at
-the first non-finite call. Calls with no finite stats leave a gap. Long series are reduced to at
-most `MAX_POINTS` buckets (each keeps its extremes and sums its NaN/Inf counts), so a page stays
-light however long the run was.
+the first non-finite call. Calls with no finite stats leave a gap. Long series are drawn reduced
+to at most 400 buckets (`dynstep.report.page_data.reduced`), so a page stays light however
+long the run was.
 
     svg, points = chart(series, chart_id="p3v")    # points: what the page's tooltip shows
     svg = histogram(panel.value_histogram, chart_id="p3vh")   # one hit's distribution, as bars
@@ -14,50 +14,18 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
 
 from ..report.histogram import Histogram
 from ..report.model import Series
+from ..report.page_data import finite, reduced
 
-MAX_POINTS = 400
 W, H = 460, 150
 LEFT, RIGHT, TOP, PLOT_H, STRIP_H = 56, 8, 8, 100, 12
 
 
-def reduce(series: Series, limit: int = MAX_POINTS) -> dict[str, list]:
-    """The series as lists, reduced to at most `limit` buckets."""
-    n = len(series.calls)
-    size = max(1, math.ceil(n / limit))
-    out: dict[str, list] = {k: [] for k in ("call", "min", "max", "mean", "std", "absmax", "nan", "inf")}
-    for start in range(0, n, size):
-        part = slice(start, start + size)
-        out["call"].append(series.calls[start])
-        out["min"].append(_agg(min, series.min[part]))
-        out["max"].append(_agg(max, series.max[part]))
-        out["absmax"].append(_agg(max, series.absmax[part]))
-        out["mean"].append(_agg(_avg, series.mean[part]))
-        out["std"].append(_agg(_avg, series.std[part]))
-        out["nan"].append(sum(series.nan[part]))
-        out["inf"].append(sum(series.inf[part]))
-    return out
-
-
-def _finite(values: Sequence[float]) -> list[float]:
-    return [v for v in values if math.isfinite(v)]
-
-
-def _agg(fn, values: Sequence[float]) -> float:
-    finite = _finite(values)
-    return fn(finite) if finite else math.nan
-
-
-def _avg(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
 def chart(series: Series, *, chart_id: str) -> tuple[str, dict[str, list]]:
     """The SVG of one series, and its (reduced) points for the page's tooltip."""
-    pts = reduce(series)
+    pts = reduced(series)
     n = len(pts["call"])
     lo, hi = _range(pts)
     xs = [LEFT + (i + 0.5) * (W - LEFT - RIGHT) / n for i in range(n)]
@@ -83,7 +51,7 @@ def chart(series: Series, *, chart_id: str) -> tuple[str, dict[str, list]]:
 
 def _range(pts: dict[str, list]) -> tuple[float, float]:
     band = [m + sign * d for m, d in zip(pts["mean"], pts["std"]) for sign in (-1, 1)]
-    values = _finite(pts["min"] + pts["max"] + pts["absmax"] + band)
+    values = finite(pts["min"] + pts["max"] + pts["absmax"] + band)
     if not values:
         return -1.0, 1.0
     lo, hi = min(values), max(values)

@@ -66,7 +66,7 @@ def report(args: argparse.Namespace) -> Result:
 
 def _load(path_text: str):
     """The loaded recording, or the one-line reason it cannot be reported."""
-    from ..probe.recording import load
+    from ..recording.reader import load
 
     path = Path(path_text)
     if not os.path.lexists(path):

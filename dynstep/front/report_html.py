@@ -15,22 +15,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import math
 import os
 from html import escape
 from typing import Any
 
 from ..core.records import Snapshot
+from ..recording.facts import CompileEvent, GraphPlan, PlanRow
 from ..report.model import Panel, RunReport
-from ..report.records import CompileEvent, GraphPlan, PlanRow
+from ..report.page_data import hits_table, tooltip_points
+from ..report.text import function_name, summary_rows
 from . import report_charts as charts
 from .report_assets import CSS, JS
 from .report_leadup import section as leadup_section
-from .report_text import function_name, summary_rows
 
 MAX_PLAN_ROWS = 300
-HIT_COLUMNS = ("#", "call", "kind", "graph", "node", "op", "module", "source", "shape", "dtype", "device",
-               "min", "max", "mean", "std", "absmax", "nan", "inf", "src")
 
 
 def render(report: RunReport, *, tlparse: str = "") -> str:
@@ -48,7 +46,7 @@ def render(report: RunReport, *, tlparse: str = "") -> str:
             f"<title>dynstep report \u00b7 {escape(os.path.basename(report.path))}</title><style>{CSS}</style></head>\n"
             f'<body><header><h1>dynstep report</h1><div class="sub">{escape(report.path)}</div></header>'
             f"<nav>{nav}</nav><main>\n{body}\n</main><div id=\"tip\"></div>\n"
-            f'<script type="application/json" id="dynstep-hits">{_json(_hits(report))}</script>\n'
+            f'<script type="application/json" id="dynstep-hits">{_json(hits_table(report))}</script>\n'
             f'<script type="application/json" id="dynstep-points">{_json(points)}</script>\n'
             f"<script>{JS}</script>\n</body></html>\n")
 
@@ -118,8 +116,7 @@ def _panel(report: RunReport, p: Panel, points: dict[str, Any]) -> str:
             sides.append(f'<div><h4>{label}</h4><div class="none">not probed</div></div>')
             continue
         svg, pts = charts.chart(series, chart_id=p.key + suffix)
-        points[p.key + suffix] = {k: [None if isinstance(v, float) and not math.isfinite(v) else v for v in vs]
-                                  for k, vs in pts.items()}
+        points[p.key + suffix] = tooltip_points(pts)
         hist = p.value_histogram if suffix == "v" else p.grad_histogram
         if hist is not None:
             svg += charts.histogram(hist, chart_id=p.key + suffix + "h")
@@ -192,22 +189,6 @@ def _hits_section() -> str:
             '<label><input type="checkbox" id="hit-bad"> NaN/Inf only</label>'
             '<button id="hit-prev">&lsaquo; prev</button><span id="hit-page"></span><button id="hit-next">next &rsaquo;</button>'
             '</div><table id="hits-table"><thead><tr></tr></thead><tbody></tbody></table></section>')
-
-
-def _hits(report: RunReport) -> dict[str, Any]:
-    rows = []
-    for s in report.hits:
-        st = s.stats
-        rows.append([s.seq, s.call, s.kind, s.graph, s.node, s.target.rsplit(".", 1)[-1], s.module, s.source,
-                     "x".join(map(str, s.shape)) or "scalar", s.dtype, s.device,
-                     *(_num(st[k]) for k in ("min", "max", "mean", "std", "absmax")), st.nan, st.inf,
-                     report.source_key(s.source)])
-    first = report.first_nonfinite.seq if report.first_nonfinite is not None else None
-    return {"cols": list(HIT_COLUMNS), "rows": rows, "first": first}
-
-
-def _num(v: float) -> float | None:
-    return float(f"{v:.6g}") if math.isfinite(v) else None
 
 
 def _sources(report: RunReport) -> str:

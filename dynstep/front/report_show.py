@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..recording.facts import CompileEvent, dedupe
 from ..report.model import RunReport
-from ..report.records import CompileEvent, dedupe
-from .report_text import event_line, function_name, nonfinite_line, summary_rows
+from ..report.text import event_line, function_name, nonfinite_line, ranks_line, summary_rows
 
 _SHOWN_IN_TERMINAL = ("recording", "hits", "calls (steps)", "probes", "graphs", "devices", "compile events")
 _MAX_EVENTS = 12
@@ -59,16 +59,6 @@ def show_report(report: RunReport, *, wrote: Sequence[tuple[str, str]] = (), con
             out.print(f"[dim]... and {len(report.events) - _MAX_EVENTS} more (in the HTML page)[/]")
     for what, path in wrote:
         out.print(f"[dim]{what}:[/] {escape(path)}", highlight=False)
-
-
-def ranks_line(report: RunReport) -> str:
-    """A distributed job's recording: the rank shown, and the first value where a rank differs from rank 0."""
-    head = f"ranks: showing rank {report.rank} of {', '.join(map(str, report.ranks))} (--rank N for another)"
-    if not report.rank_differences:
-        return head + "; every rank holds the same values as rank 0"
-    d = report.rank_differences[0]
-    return (f"{head}; first value that differs from rank 0: {d.node} ({d.module or '<top>'}, {d.source}) call "
-            f"{d.call} on rank {d.rank}; {len(report.rank_differences)} value(s) differ in all")
 
 
 def events_table(events: Sequence[CompileEvent], *, title: str) -> Table:

@@ -3,10 +3,10 @@ groups, their TCPStore), never a home-made transport.
 
     identity.current()                 -> Identity(rank=1, world=2, local_rank=1, launcher="torchrun")
     ranks.chosen(("all" | (0, 2)), world)  -> frozenset of ranks that may pause (checked against the world)
-    paths.rank_path("run.dynstep")     -> run.dynstep/rank1 in a multi-rank job, else run.dynstep
     coordinator.Coordinator            the lockstep over the process group's store (docs/distributed.md)
 
 This room depends on `core` and `_compat` only: the probe runtime stamps snapshots with the rank,
-sessions write per-rank recordings, and the stepper gets the coordinator plugged into its
-`coordinator` slot by the superstep backend (the stepper never imports it).
+sessions write per-rank recordings (where each rank's goes: `dynstep.recording.paths`), and the
+stepper gets the coordinator plugged into its `coordinator` slot by the superstep backend (the
+stepper never imports it).
 """

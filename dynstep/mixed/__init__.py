@@ -6,6 +6,7 @@
     aten         an aten op -> the dispatcher's CPU kernel, named from libtorch's symbol table
     fxgraphs     eager / aot_eager: a node -> its aten ops and the FX line that launches each
     elf          ELF symbol tables, C++ demangling, dladdr (release builds: names, no DWARF)
+    findings     what it answers, typed: NativeReport, NativeKernel, AtenKernel, BreakTarget, TrapOutcome
     lookup       the engine API: native_report(site) -> NativeReport (typed, for any front end)
     trap         hand breakpoints to an attached debugger (TracerPid check, JSON hand-off, SIGTRAP)
     commands     the stepper's `native` / `native break`

@@ -17,7 +17,7 @@ import re
 
 from .. import _compat
 from . import elf
-from .records import AtenKernel
+from .findings import AtenKernel
 
 _WRAPPER = re.compile(r"&((?:at|c10|torch)::[\w:()\s]*?wrapper_\w+)>")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .records import NativeReport, TrapOutcome
+from .findings import NativeReport, TrapOutcome
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ import torch.fx
 
 from .. import _compat
 from .aten import aten_kernel, op_name
-from .records import ATEN, BreakTarget, NativeKernel
+from .findings import ATEN, BreakTarget, NativeKernel
 
 
 def node_kernels(gm: torch.fx.GraphModule, code: CodeType, node: str,

@@ -19,7 +19,7 @@ from .. import _compat
 from . import elf
 from .aten import aten_kernel, op_name
 from .provenance import InductorGraph, KernelEntry
-from .records import CPP, EXTERN, FALLBACK, TRITON, BreakTarget, NativeKernel
+from .findings import CPP, EXTERN, FALLBACK, TRITON, BreakTarget, NativeKernel
 
 _KERNEL_DEF = re.compile(r'^\s*extern "C"\s+.*\bkernel\(')
 

@@ -22,7 +22,7 @@ import torch.fx
 from ..core.sites import SITES, Site
 from . import fxgraphs, inductor
 from .provenance import REGISTRY, InductorGraph, is_tracking
-from .records import NativeKernel, NativeReport
+from .findings import NativeKernel, NativeReport
 
 UNTRACKED = ("this graph was compiled without Inductor's provenance, so its kernels cannot be told apart; "
              "start the script with `dynstep gdb ...` or `dynstep run --native ...` (or set INDUCTOR_PROVENANCE=1) "

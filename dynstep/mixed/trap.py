@@ -20,7 +20,7 @@ import signal
 import tempfile
 import threading
 
-from .records import BreakTarget, NativeKernel, NativeReport, TrapOutcome, merged_targets
+from .findings import BreakTarget, NativeKernel, NativeReport, TrapOutcome, merged_targets
 
 DEBUGGERS = ("gdb", "cuda-gdb", "gdbserver", "lldb", "lldb-server")
 HANDOFF_VERSION = 1

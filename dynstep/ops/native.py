@@ -6,7 +6,7 @@
 
 Loading registers the native CPU (and CUDA) kernels of `dynstep::probe` under the schema of
 `dynstep.ops.schema`; connecting them to Python's actions is the probe package's job
-(`dynstep.probe.kernel`), so this module knows nothing above the op.
+(`dynstep.probe.registration`), so this module knows nothing above the op.
 
 A built library is loaded directly (no lock, no compiler, no torch build machinery). The first
 process to need one builds it: it takes the build lock (`buildlock`: an flock the kernel drops when

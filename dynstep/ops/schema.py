@@ -11,8 +11,8 @@ beyond torch's op registry.
                                                       dynstep.breakpoint()'s run-time half
 
 Kernels are added by their owners with `impl(name, fn)` (torchao's rule: schema and fake kernel
-here, kernels where their behaviour lives): the probe kernels by `dynstep.probe.kernel`, the pause
-and breakpoint kernels by `dynstep.step.kernel`, native ones by csrc/ (a CPU or CUDA kernel
+here, kernels where their behaviour lives): the probe kernels by `dynstep.probe.registration`, the
+pause and breakpoint kernels by `dynstep.step.registration` and `.breakpoints`, native ones by csrc/ (a CPU or CUDA kernel
 registered natively takes precedence over the Python one at CompositeExplicitAutograd, without
 changing any caller). The probe op carries no `cudagraph_unsafe` tag: probes stay inside captured
 CUDA graphs. The pause op carries it, so Inductor's graph partitioning cuts a CUDA graph at every

@@ -31,7 +31,7 @@ import torch
 from ..core.errors import CheckFailed
 from ..core.records import Snapshot
 from ..core.sites import SITES, HandConfig
-from . import kernel, rings, runtime
+from . import registration, rings, runtime
 from . import switch as _switch
 
 
@@ -159,7 +159,7 @@ class TensorProbe:
             self._site_id = self._register(active)
 
     def _register(self, active: dict[type, Action]) -> int:
-        kernel.ensure()   # the op's kernels (native when it builds)
+        registration.ensure()   # the op's kernels (native when it builds)
         pr, rec, chk = active.get(PrintAction), active.get(RecordAction), active.get(CheckAction)
         expected = None
         if isinstance(chk, CheckAction) and chk.expected is not None:

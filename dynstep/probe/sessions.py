@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import dataclasses
 import threading
 import warnings
 from collections.abc import Iterable
@@ -40,12 +41,12 @@ from pathlib import Path
 from ..core.errors import OptionsError, SessionError
 from ..core.records import Snapshot
 from ..core.sites import SITES
-from ..jobs.paths import rank_path
 from ..graph.filter import filter_records
+from ..recording.facts import RunInfo
+from ..recording.paths import rank_path
+from ..recording.storage import Writer, save
 from ..report.compile_log import COMPILE_LOG
-from ..report.records import RunInfo
-from . import rings
-from .storage import Writer, save
+from . import rings, runtime
 
 _active: contextvars.ContextVar[tuple["Session", ...]] = contextvars.ContextVar("dynstep_sessions",
                                                                                  default=())
@@ -208,7 +209,12 @@ def default_session() -> Session:
 
 
 def deliver(snap: Snapshot, *, thread: int | None = None) -> None:
-    """Give a hit to the sessions in scope: the current context, or those `thread` had open."""
+    """Give a hit to the sessions in scope: the current context, or those `thread` had open.
+
+    A hit handed over without its order (`seq` 0: a value the REPL's `record` copies at a stop) takes
+    the next one now, so it sorts after the hits that came before it, not before every hit of the run."""
+    if snap.seq <= 0:
+        snap = dataclasses.replace(snap, seq=runtime.next_seq())
     if thread is None or thread == threading.get_ident():
         targets = _active.get()
     else:
@@ -236,7 +242,7 @@ def count_dropped(probe: str, ring: int, memory: int) -> None:
 
 
 class _Destination:
-    """What the probe runtime hands hits to (connected by dynstep.probe.kernel)."""
+    """What the probe runtime hands hits to (connected by dynstep.probe.registration)."""
 
     deliver = staticmethod(deliver)
     count_dropped = staticmethod(count_dropped)

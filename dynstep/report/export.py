@@ -14,7 +14,6 @@ position when recompiled copies of a graph restart their count).
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import struct
@@ -22,9 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.jsonsafe import json_safe
+from ..recording.facts import to_json
 from .histogram import Histogram
 from .model import STATS, Panel, RunReport, Series, panels_of
-from .records import to_json
 
 FORMAT = "dynstep-report"
 VERSION = 1
@@ -33,29 +33,19 @@ VERSION = 1
 def to_dict(report: RunReport) -> dict[str, Any]:
     out = _content(report)
     if report.rank is not None:   # a distributed job's recording
-        out["ranks"] = _clean({"shown": report.rank, "all": list(report.ranks),
-                               "differences": to_json(report.rank_differences)})
+        out["ranks"] = json_safe({"shown": report.rank, "all": list(report.ranks),
+                                  "differences": to_json(report.rank_differences)})
     return out
 
 
 def _content(report: RunReport) -> dict[str, Any]:
-    return _clean({
+    return json_safe({
         "format": FORMAT, "version": VERSION, "recording": report.path, "run": to_json(report.run),
         "summary": to_json(report.summary), "problems": list(report.problems), "selected": list(report.selected),
         "first_nonfinite": report.first_nonfinite.meta() if report.first_nonfinite is not None else None,
         "events": to_json(report.events), "compiles": to_json(report.compiles), "graphs": to_json(report.plans),
         "panels": to_json(report.panels), "panels_left_out": report.left_out,
         "sources": to_json(report.sources), "hits": [s.meta() for s in report.hits]})
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
 
 
 # -- TensorBoard -------------------------------------------------------------------------------

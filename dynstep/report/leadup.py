@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 
 from ..core.records import Snapshot
-from .flight_records import FlightInfo, Trigger, WatchSeries
+from ..recording.flight_facts import FlightInfo, Trigger, WatchSeries
 
 MAX_MODULES = 40
 TOP = "(top level)"

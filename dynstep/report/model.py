@@ -23,7 +23,7 @@ from ..graph import selectors as sel
 from ..graph.filter import snapshot_matches
 from .histogram import Histogram, histogram
 from .leadup import LeadUp, leadup_of
-from .records import CompileEvent, GraphPlan, RunInfo, dedupe
+from ..recording.facts import CompileEvent, GraphPlan, RunInfo, dedupe
 
 STATS = ("min", "max", "mean", "std", "absmax")
 MAX_PANELS = 48
@@ -31,7 +31,7 @@ _COMPILE_ID = re.compile(r"\[[^\]]*\]$")
 
 
 class RecordingLike(Protocol):
-    """What `build` reads (`dynstep.probe.recording.Recording` is one)."""
+    """What `build` reads (`dynstep.recording.reader.Recording` is one)."""
 
     path: Any
     problems: tuple[str, ...]

@@ -331,7 +331,7 @@ def stop_nonfinite(x: torch.Tensor, site: Site, message: str) -> None:
 
 
 class _Stopper:
-    """What the probe runtime calls for gradient pauses and nan="stop" (connected by step.kernel)."""
+    """What the probe runtime calls for gradient pauses and nan="stop" (connected by step.registration)."""
 
     grad_pause = staticmethod(on_grad_pause)
     nonfinite = staticmethod(stop_nonfinite)

@@ -15,6 +15,7 @@ import torch
 
 from .. import _compat
 from ..core.events import TensorView
+from ..core.records import dtype_name
 from ..probe.stats import stats_of, unsupported_reason
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +53,7 @@ def tensor_view(x: Any) -> TensorView | None:
         return None
     flat = x.detach().flatten()[:6].to("cpu")
     sample = tuple(float(v) for v in flat.tolist()) if not x.dtype.is_complex else ()
-    return TensorView(shape=tuple(x.shape), dtype=str(x.dtype).replace("torch.", ""), device=str(x.device),
+    return TensorView(shape=tuple(x.shape), dtype=dtype_name(x.dtype), device=str(x.device),
                       stats=stats_of(x) if x.numel() else None, sample=sample)
 
 

@@ -197,7 +197,7 @@ def test_import_dynstep_does_not_import_inductor_or_rich():
 def test_public_names_survive_submodule_imports():
     import importlib
 
-    for mod in ("dynstep.probe.sessions", "dynstep.probe.storage", "dynstep.core.records", "dynstep.core.errors",
+    for mod in ("dynstep.probe.sessions", "dynstep.recording.storage", "dynstep.core.records", "dynstep.core.errors",
                 "dynstep.core.options"):
         importlib.import_module(mod)
     assert callable(dynstep.session) and callable(dynstep.load) and callable(dynstep.superstep)

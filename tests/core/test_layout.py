@@ -4,7 +4,8 @@
    `python ../shared/tools/imports.py` makes, function-level imports counted); counting the imports
    under `if TYPE_CHECKING:` too, no cycle but the ones listed in TYPE_ONLY_CYCLES;
 2. every private torch API (``torch._*``, ``torch.utils._*``) only in `dynstep._compat`;
-3. modules under 400 lines, functions under 40.
+3. modules under 400 lines, functions under 40;
+4. rooms depend downwards: each room imports only the rooms (or the few modules) its row of `ROOMS` allows.
 
 A front end is a module with a part named front, cli, repl, console, frontends, show, html, runner,
 doctor, demo or __main__ in its dotted name.
@@ -169,6 +170,67 @@ def test_the_checks_find_what_they_look_for():
     graph, _ = import_graph()
     assert len(graph) > 60 and graph["dynstep.front.cli"] and is_front("dynstep.front.cli")
     assert "dynstep.core.events" in graph["dynstep.probe.runtime"]
+
+
+# Rule 4, rooms depend downwards: what each room's modules may import besides their own room (a room,
+# or one module by its full name where a room reaches into one module of a room above it). A new room
+# goes in here, placed on purpose (docs/architecture.md, "Dependency rules").
+_BELOW_PROBE = {"core", "_compat", "graph", "ops", "mixed", "jobs", "recording", "report"}
+ROOMS: dict[str, set[str]] = {
+    "_compat": set(),
+    "core": set(),
+    "graph": {"core", "_compat"},
+    "ops": {"core", "_compat"},
+    "mixed": {"core", "_compat"},
+    "jobs": {"core", "_compat"},
+    # the recording format; the compile log it keeps is read from report/ until it moves in (issue 27)
+    "recording": {"core", "graph", "jobs", "dynstep.report.compile_log"},
+    "report": {"core", "_compat", "graph", "jobs", "recording"},
+    "probe": _BELOW_PROBE,
+    "crossrun": {"core", "graph", "recording"},
+    "step": _BELOW_PROBE | {"probe"},
+    "bytecode": _BELOW_PROBE | {"probe", "step", "dynstep.backends.superstep"},
+    "dap": _BELOW_PROBE | {"probe", "step", "bytecode"},
+    "eagerdiff": {"core", "_compat", "graph", "dynstep.backends", "dynstep.backends.inner"},
+    "flight": _BELOW_PROBE | {"probe", "eagerdiff", "dynstep.backends.superstep"},
+    "backends": _BELOW_PROBE | {"probe", "step", "dap", "eagerdiff", "flight"},
+}
+FACES = {"front", "__main__", "fastpath", ""}   # front ends and the package's public face: anything engine
+
+
+def room_of(module: str) -> str:
+    parts = module.split(".")
+    return "" if len(parts) == 1 else ("backends" if parts[1] == "backends" else parts[1])
+
+
+def room_leaks(graph: dict[str, set[str]], rooms: dict[str, set[str]]) -> list[str]:
+    """Edges from a room to what its row does not allow (a room not in `rooms` and no face: listed too)."""
+    out = []
+    for a, deps in sorted(graph.items()):
+        here = room_of(a)
+        if here in FACES:
+            continue
+        if here not in rooms:
+            out.append(f"{a}: room {here!r} is not placed in ROOMS")
+            continue
+        allowed = rooms[here]
+        out += [f"{a} -> {d}" for d in sorted(deps)
+                if room_of(d) != here and room_of(d) not in allowed and d not in allowed]
+    return out
+
+
+def test_rooms_depend_downwards():
+    graph, _ = import_graph()
+    assert room_leaks(graph, ROOMS) == []
+
+
+def test_the_room_rule_finds_what_it_looks_for():
+    """The recording room sits below probe and report: an import of either from it is a leak."""
+    graph = {"dynstep.recording.storage": {"dynstep.probe.sessions", "dynstep.report.compile_log"},
+             "dynstep.recording.reader": {"dynstep.report.model"}, "dynstep.newroom.x": set()}
+    assert room_leaks(graph, ROOMS) == ["dynstep.newroom.x: room 'newroom' is not placed in ROOMS",
+                                        "dynstep.recording.reader -> dynstep.report.model",
+                                        "dynstep.recording.storage -> dynstep.probe.sessions"]
 
 
 def _private_torch(tree: ast.AST) -> list[int]:

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from dynstep.core.records import Snapshot, Stats
-from dynstep.probe.storage import save
+from dynstep.recording.storage import save
 
 
 def recording(path: Path, calls: int, sites: int, nan: tuple[int, int] | None = None) -> Path:

@@ -12,8 +12,8 @@ import pytest
 
 from dynstep.core.records import Snapshot, Stats
 from dynstep.front.cli import main
-from dynstep.probe.storage import save
-from dynstep.report.records import CompileEvent, GraphPlan, PlanRow, PlanSite, RunInfo
+from dynstep.recording.storage import save
+from dynstep.recording.facts import CompileEvent, GraphPlan, PlanRow, PlanSite, RunInfo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EVIL_MODULE = "<script>window.__pwned=1</script>"

@@ -21,9 +21,9 @@ import torch
 
 import dynstep
 from dynstep import _compat
-from dynstep.probe import kernel, rings
+from dynstep.probe import registration, rings
 
-kernel.ensure()   # the probe's kernels: the native CPU and CUDA ones when they build
+registration.ensure()   # the probe's kernels: the native CPU and CUDA ones when they build
 from dynstep.probe.api import CheckAction, RecordAction, TensorProbe
 from dynstep.core.sites import SITES
 

@@ -13,10 +13,11 @@ from dynstep.core.errors import NonFiniteError, OptionsError, StorageError
 from dynstep.core.events import Evaluated, Info, TensorView
 from dynstep.core.options import Options
 from dynstep.core.records import Snapshot, Stats
-from dynstep.jobs import forward, identity, paths
+from dynstep.jobs import forward, identity
 from dynstep.jobs.identity import Identity
 from dynstep.jobs.ranks import check_job, chosen
-from dynstep.probe.storage import Writer, save
+from dynstep.recording import paths
+from dynstep.recording.storage import Writer, save
 
 
 @pytest.fixture
@@ -128,7 +129,7 @@ def test_nan_raise_names_the_rank(as_rank, monkeypatch):
 
 
 def test_the_report_draws_one_rank_and_names_the_first_rank_that_differs(tmp_path, as_rank):
-    from dynstep.front.report_show import ranks_line
+    from dynstep.report.text import ranks_line
     from dynstep.report.export import to_dict
     from dynstep.report.model import build
 

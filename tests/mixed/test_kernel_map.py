@@ -15,7 +15,7 @@ from dynstep.core.events import CommandFailed
 from dynstep.front.demo.model import make
 from dynstep.mixed import elf, inductor
 from dynstep.mixed.events import NativeShown, NativeTrapped
-from dynstep.mixed.records import ATEN, CPP, EXTERN, NativeKernel
+from dynstep.mixed.findings import ATEN, CPP, EXTERN, NativeKernel
 
 # in the bundled TinyGPT: h = F.gelu(self.fc(x)) (C++, fused with its view), proj's linear (extern
 # addmm), att_1 = softmax (C++, fused), q_1 = q.view(...).transpose(1, 2) (a view: no kernel)

@@ -12,7 +12,7 @@ import pytest
 
 from dynstep.core.sites import Site
 from dynstep.mixed import aten, elf, lookup, trap
-from dynstep.mixed.records import BreakTarget, NativeKernel, NativeReport
+from dynstep.mixed.findings import BreakTarget, NativeKernel, NativeReport
 
 SITE = Site(id=1, kind="pause", probe="node:h", node="h", target="torch.nn.functional.gelu", module="mlp",
             source="model.py:44", source_text="h = F.gelu(x)", graph="forward[0/0]", actions=("pause",), capacity=1)

@@ -11,11 +11,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import dynstep
 from dynstep import _compat
-from dynstep.probe import fastpath, kernel
+from dynstep.probe import fastpath, registration
 
 from ..conftest import module_outputs_eager
 
-kernel.ensure()   # the probe's kernels, the native one when it builds (what compiling with probes does)
+registration.ensure()   # the probe's kernels, the native one when it builds (what compiling with probes does)
 
 native_cpu = pytest.mark.skipif(not _compat.has_kernel("dynstep::probe", "CPU"),
                                 reason="no native CPU kernel registered for dynstep::probe")

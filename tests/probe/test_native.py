@@ -18,12 +18,12 @@ import dynstep
 from dynstep import _compat
 from dynstep.ops import native as native_mod
 from dynstep.ops import schema as ops
-from dynstep.probe import fastpath, kernel, rings, runtime
+from dynstep.probe import fastpath, registration, rings, runtime
 from dynstep.core.errors import NonFiniteError
 from dynstep.core.events import ProbePrinted, use_sink
 from dynstep.core.sites import SITES
 
-kernel.ensure()   # registers the probe's kernels, the native one when it builds
+registration.ensure()   # registers the probe's kernels, the native one when it builds
 pytestmark = pytest.mark.skipif(not _compat.has_kernel("dynstep::probe", "CPU"),
                                 reason="no native CPU kernel registered for dynstep::probe "
                                        f"({native_mod.status().reason})")
@@ -274,8 +274,8 @@ def test_native_under_inductor_no_graph_break():
 
 
 def test_kill_switch_keeps_python_kernel():
-    code = ("import torch; from dynstep.ops import native as n, schema as o; from dynstep.probe import kernel; "
-            "kernel.ensure(); print(o.registered_kernels()['probe'], n.status().reason)")
+    code = ("import torch; from dynstep.ops import native as n, schema as o; from dynstep.probe import registration; "
+            "registration.ensure(); print(o.registered_kernels()['probe'], n.status().reason)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "DYNSTEP_NATIVE": "0"}).stdout
     assert "'CPU'" not in out and "disabled by DYNSTEP_NATIVE=0" in out

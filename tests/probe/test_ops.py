@@ -1,11 +1,11 @@
 import torch
 
 from dynstep.ops import schema as ops
-from dynstep.probe import kernel
+from dynstep.probe import registration
 
 
 def test_importing_the_schema_registers_no_kernel_and_builds_nothing():
-    """Kernels come from their owners (dynstep.probe.kernel, dynstep.step.kernel), not the schema."""
+    """Kernels come from their owners (dynstep.probe.registration, dynstep.step.registration), not the schema."""
     import subprocess
     import sys
 
@@ -20,7 +20,7 @@ def test_importing_the_schema_registers_no_kernel_and_builds_nothing():
 def test_probe_op_passes_opcheck():
     from dynstep.core.sites import SITES
 
-    kernel.ensure()
+    registration.ensure()
     site = SITES.add(kind="value", probe="test", node="n", target="t", module="", source="", source_text="",
                      graph="g", actions=("summary",), capacity=4)
     for x in (torch.randn(3, 4), torch.randn(3, 4, requires_grad=True), torch.randn(4, 6)[:, ::2]):

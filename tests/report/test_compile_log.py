@@ -8,7 +8,7 @@ import torch
 
 from dynstep._compat import TRACE_LOGGER
 from dynstep.report.compile_log import COMPILE_LOG, CompileLog, collecting
-from dynstep.report.records import CompileEvent, GraphPlan, dedupe
+from dynstep.recording.facts import CompileEvent, GraphPlan, dedupe
 
 
 def breaks_and_changes(x, k):

@@ -10,8 +10,8 @@ import torch
 import dynstep
 from dynstep.core.records import Snapshot, Stats
 from dynstep.front import report_html
-from dynstep.probe.recording import load
-from dynstep.probe.storage import save
+from dynstep.recording.reader import load
+from dynstep.recording.storage import save
 from dynstep.report import export
 from dynstep.report.histogram import histogram
 from dynstep.report.model import build

@@ -8,11 +8,11 @@ import math
 import pytest
 
 from dynstep.core.records import Snapshot, Stats
-from dynstep.probe.recording import load
-from dynstep.probe.storage import save
+from dynstep.recording.reader import load
+from dynstep.recording.storage import save
 from dynstep.report import export
 from dynstep.report.model import build
-from dynstep.report.records import CompileEvent, GraphPlan, PlanRow, PlanSite, RunInfo
+from dynstep.recording.facts import CompileEvent, GraphPlan, PlanRow, PlanSite, RunInfo
 
 
 def snap(seq: int, *, kind="value", node="linear", module="fc", call=0, mean=0.5, nan=0, graph="forward[0/0]"):

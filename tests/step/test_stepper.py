@@ -123,6 +123,22 @@ def test_watch_shown_at_every_stop_and_record_into_session(events):
     assert snap.node == "out" and snap.tensor.shape == (2, 16, 32)
 
 
+@pytest.mark.parametrize("inner", ["eager", "inductor"])
+def test_27_09_a_value_recorded_at_a_pause_keeps_its_place_in_hit_order(inner, events):
+    """Issue 27 item 9: the REPL's `record` built its Snapshot without `seq`, so its copy sorted before
+    every probe hit of the run. Under a session, a `record` at the pause after blocks.0.ln1 and before
+    blocks.0.ln2 and ln_f sorts between their hits."""
+    _, idx, cm = compiled(inner, pause=[ATTN], probe=["op:layer_norm"], commands="record; c")
+    with dynstep.session() as session, torch.no_grad():
+        cm(idx)
+    hits = session.records()
+    assert [(s.module, s.node) for s in hits] == [
+        ("blocks.0.ln1", hits[0].node), ("blocks.0.attn.c_proj", "out"), ("blocks.0.ln2", hits[2].node),
+        ("ln_f", hits[3].node)]
+    assert hits[1].probe == ATTN and hits[1].tensor is not None
+    assert 0 < hits[0].seq < hits[1].seq < hits[2].seq < hits[3].seq
+
+
 def test_quit_raises_abort(events):
     _, idx, cm = compiled("eager", pause=[ATTN], commands="q")
     with pytest.raises(dynstep.Abort, match="quit at node out"):

@@ -243,7 +243,7 @@ def test_saving_snapshots_that_share_a_tensor_or_its_storage(tmp_path):
     """One tensor held by two snapshots (user-built ones) is written once; a view of it is copied
     (safetensors refuses tensors that share memory)."""
     from dynstep.core.records import Snapshot, Stats
-    from dynstep.probe.storage import save
+    from dynstep.recording.storage import save
 
     def snap(t, i):
         return Snapshot(kind="value", probe="p", node="n", target="t", module="m", source="s.py:1", graph="g",

@@ -1,6 +1,7 @@
-"""Plain-text pieces of a report shared by its page and its terminal summary.
+"""Plain-text pieces of a report shared by its page and its terminal summary: the words, no markup.
 
     summary_rows(report)   -> [("calls (steps)", "2"), ...]
+    ranks_line(report)     -> "ranks: showing rank 0 of 0, 1 (--rank N for another); every rank holds ..."
     nonfinite_line(snap)   -> "value of node gelu (torch.nn.functional.gelu) in blocks.1.mlp at model.py:45 ..."
     event_line(event)      -> "graph break ×3 at train.py:12 in f: Failed to trace builtin operator"
 """
@@ -10,8 +11,8 @@ from __future__ import annotations
 import re
 
 from ..core.records import Snapshot
-from ..report.model import RunReport
-from ..report.records import CompileEvent
+from ..recording.facts import CompileEvent
+from .model import RunReport
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 
@@ -44,6 +45,16 @@ def summary_rows(report: RunReport) -> list[tuple[str, str]]:
     if run is not None and run.dropped:
         rows.append(("dropped", f"{run.dropped} hit(s) dropped by full rings (raise record= or summaries=)"))
     return rows
+
+
+def ranks_line(report: RunReport) -> str:
+    """A distributed job's recording: the rank shown, and the first value where a rank differs from rank 0."""
+    head = f"ranks: showing rank {report.rank} of {', '.join(map(str, report.ranks))} (--rank N for another)"
+    if not report.rank_differences:
+        return head + "; every rank holds the same values as rank 0"
+    d = report.rank_differences[0]
+    return (f"{head}; first value that differs from rank 0: {d.node} ({d.module or '<top>'}, {d.source}) call "
+            f"{d.call} on rank {d.rank}; {len(report.rank_differences)} value(s) differ in all")
 
 
 def nonfinite_line(s: Snapshot) -> str:

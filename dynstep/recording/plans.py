@@ -17,7 +17,7 @@ import torch.fx
 from ..core.options import Options
 from ..core.sites import SITES, Site
 from ..graph import info as gi
-from .records import GraphPlan, PlanRow, PlanSite, to_json
+from .facts import GraphPlan, PlanRow, PlanSite, to_json
 
 _ELEMENT = re.compile(r"\[\d+\]$")
 
@@ -41,7 +41,7 @@ def plan_of(gm: torch.fx.GraphModule, graph_id: str, compile_id: str, opts: Opti
     for name, sites in by_node.items():   # placed in AOTAutograd's graphs (op:aten.*): no Dynamo node
         s = sites[0]
         rows.append(PlanRow(node=name, target=s.target, module=s.module, source=s.source,
-                            path=_path(s.frames[-1]) if s.frames else "", source_text=s.source_text,
+                            path=s.frames[-1].file if s.frames else "", source_text=s.source_text,
                             sites=tuple(_site(x) for x in sites)))
     return GraphPlan(graph=graph_id, compile_id=compile_id, inner=opts.inner_name, options=_options(opts),
                      rows=tuple(rows))
@@ -60,10 +60,6 @@ def _site(site: Site) -> PlanSite:
     if kind == "pause" and site.actions == ("step",):
         kind = "step"
     return PlanSite(site=site.id, kind=kind, probe=site.probe if kind != "step" else "", actions=site.actions)
-
-
-def _path(frame: str) -> str:
-    return frame.rpartition(":")[0]
 
 
 def _options(opts: Options) -> tuple[tuple[str, str], ...]:

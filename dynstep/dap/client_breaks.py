@@ -32,7 +32,7 @@ _HIT = re.compile(r"\s*(==|>=|>|%)?\s*(\d+)\s*")
 
 
 @dataclasses.dataclass
-class Breakpoint:
+class ClientBreakpoint:
     id: int
     selector: sel.Selector | None      # None: the name did not parse (never verified)
     kind: str                           # "source" | "function"
@@ -81,14 +81,14 @@ def log_text(message: str, namespace: dict[str, Any]) -> str:
         return re.sub(r"\{([^{}]+)\}", one, message).replace("{{", "{").replace("}}", "}")
 
 
-class Breakpoints:
+class ClientBreakpoints:
     """The client's breakpoints; `changed(bodies)` is called for breakpoints a new graph verified."""
 
     def __init__(self, changed: Callable[[list[dict[str, Any]]], None]) -> None:
         self._lock = threading.Lock()
         self._next = 1
-        self._source: dict[str, list[Breakpoint]] = {}
-        self._function: list[Breakpoint] = []
+        self._source: dict[str, list[ClientBreakpoint]] = {}
+        self._function: list[ClientBreakpoint] = []
         self._changed = changed
         GRAPHS.listen(self._on_graph)
 
@@ -112,7 +112,7 @@ class Breakpoints:
             line = b.get("line")
             if type(line) is not int or line < 1:
                 raise ValueError(f"a source breakpoint needs a line number >= 1, got {line!r}")
-            bp = Breakpoint(self._new_id(), None, "source", path=path, line=line,
+            bp = ClientBreakpoint(self._new_id(), None, "source", path=path, line=line,
                             condition=_text(b, "condition"), hit_condition=_text(b, "hitCondition"),
                             log_message=b.get("logMessage") if isinstance(b.get("logMessage"), str) else None)
             self._resolve(bp)
@@ -125,7 +125,7 @@ class Breakpoints:
     def set_function(self, wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
         bps = []
         for b in wanted:
-            bp = Breakpoint(self._new_id(), None, "function", condition=_text(b, "condition"),
+            bp = ClientBreakpoint(self._new_id(), None, "function", condition=_text(b, "condition"),
                             hit_condition=_text(b, "hitCondition"))
             try:
                 bp.selector = sel.parse(b.get("name"))   # type: ignore[arg-type]
@@ -138,13 +138,13 @@ class Breakpoints:
         self._publish()
         return [bp.body() for bp in bps]
 
-    def _resolve(self, bp: Breakpoint) -> None:
+    def _resolve(self, bp: ClientBreakpoint) -> None:
         if bp.kind == "source":
             bp.selector = sel.parse(f"line:{_spelling(bp.path)}:{bp.line}")
         if bp.selector is not None:
             bp.sites = frozenset(break_sites(bp.selector))
 
-    def all(self) -> list[Breakpoint]:
+    def all(self) -> list[ClientBreakpoint]:
         with self._lock:
             return [bp for bps in self._source.values() for bp in bps] + list(self._function)
 
@@ -163,7 +163,7 @@ class Breakpoints:
         if newly:
             self._changed(newly)
 
-    def hits(self, site_id: int, namespace: Callable[[], dict[str, Any]]) -> tuple[list[Breakpoint], list[str]]:
+    def hits(self, site_id: int, namespace: Callable[[], dict[str, Any]]) -> tuple[list[ClientBreakpoint], list[str]]:
         """(breakpoints that stop here, logpoint messages) for a stop at `site_id`."""
         stopping, logs = [], []
         for bp in self.all():
@@ -198,7 +198,7 @@ def _spelling(path: str) -> str:
     real = os.path.realpath(path)
     for site in SITES.all():
         for frame in site.frames:
-            file = frame.rpartition(":")[0]
+            file = frame.file
             if file and file != path and os.path.realpath(file) == real:
                 return file
     return path

@@ -9,8 +9,8 @@ import torch
 
 import dynstep
 from dynstep.core.errors import StorageError
-from dynstep.probe.storage import OWN_FILES
-from dynstep.report.records import CompileEvent, GraphPlan, RunInfo
+from dynstep.recording.storage import OWN_FILES
+from dynstep.recording.facts import CompileEvent, GraphPlan, RunInfo
 
 
 def step(x):
@@ -133,7 +133,7 @@ def test_a_foreign_file_still_blocks_replacing(tmp_path, probed):
 
 
 def test_event_records_round_trip_through_json():
-    from dynstep.report.records import from_json, to_json
+    from dynstep.recording.facts import from_json, to_json
 
     e = CompileEvent("recompile", "0/1", "/a/b.py", 3, "f", "guard failed: k == 2", "x", "y = f(k)", 2)
     assert from_json(CompileEvent, to_json(e)) == e

@@ -154,13 +154,12 @@ def _namespace(stepper: Stepper, stop: Stop) -> dict[str, Any]:
 
 
 def _source(stop: Stop) -> dict[str, str]:
-    file = stop.site.frames[-1].rpartition(":")[0] if stop.site.frames else ""
+    file = stop.site.frames[-1].file if stop.site.frames else ""
     return {"name": os.path.basename(file), "path": os.path.abspath(file)} if file else {"name": stop.site.graph}
 
 
 def _line(stop: Stop) -> int:
-    line = stop.site.frames[-1].rpartition(":")[2] if stop.site.frames else ""
-    return int(line) if line.isdigit() else 0
+    return stop.site.frames[-1].line if stop.site.frames else 0
 
 
 def _skip_dirs() -> tuple[str, ...]:

@@ -37,12 +37,12 @@ from ..core.errors import StorageError
 from ..core.records import STAT_FIELDS, Snapshot, Stats
 from ..graph.filter import filter_records
 from ..graph.identity import fill_identities
-from ..jobs.paths import rank_dirs, rank_others
 from ..report.compile_log import Entry
-from ..report.flight_records import FlightInfo, Trigger, flight_from_json
-from ..report.records import CompileEvent, GraphPlan, RunInfo, from_json
+from .facts import CompileEvent, GraphPlan, RunInfo, from_json
 from .files import read_regular as _read_regular
 from .files import what_is
+from .flight_facts import FlightInfo, Trigger, flight_from_json
+from .paths import rank_dirs, rank_others
 from .storage import FORMAT, READS, save
 
 CHUNK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")

@@ -4,7 +4,7 @@
     rec.trigger.kind, rec.trigger.step, rec.trigger.node, rec.trigger.module, rec.trigger.source
     rec.flight.first_step, rec.flight.last_step, rec.flight.watched[0].values
 
-Frozen dataclasses, converted with `report.records.to_json` / `from_json` (every field checked).
+Frozen dataclasses, converted with `recording.facts.to_json` / `from_json` (every field checked).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .records import from_json, to_json
+from .facts import from_json, to_json
 
 TRIGGER_KINDS = ("nonfinite", "spike", "exception", "signal", "manual")
 FLIGHT_FORMAT = 1

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import math
 import os
 import re
 import shutil
@@ -42,9 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import StorageError
+from ..core.jsonsafe import json_safe
 from ..core.records import Snapshot
 from ..report.compile_log import CompileLog, Entry
-from ..report.records import GraphPlan, RunInfo, to_json
+from .facts import GraphPlan, RunInfo, to_json
 from .files import read_regular
 
 try:
@@ -214,17 +214,6 @@ def _write_run(folder: Path, run: RunInfo) -> None:
     tmp = folder / "run.json.tmp"
     tmp.write_text(json.dumps(to_json(run), indent=1), encoding="utf-8")
     os.replace(tmp, folder / "run.json")
-
-
-def json_safe(value: Any) -> Any:
-    """Non-finite floats as the strings "nan", "inf", "-inf" (JSON has no NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 # -- putting a recording in place, never deleting what dynstep did not write -------------------------

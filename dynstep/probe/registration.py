@@ -1,4 +1,4 @@
-"""The probe package's kernels under the op schema, and the wiring of its parts, done once.
+"""Registering the probe ops' kernels under the op schema, and wiring the probe package's parts, once.
 
 `ensure()` registers the Python kernels of `dynstep::probe`, `grad_tap` and `grad_tap_bw`
 (CompositeExplicitAutograd), loads the native kernel (csrc/, best effort: `dynstep doctor` says why
@@ -7,8 +7,8 @@ told when Inductor traces a probe so its wrapper calls the probe directly (`dyns
 Every path that puts a probe into a graph calls it first: superstep's probe pass, `TensorProbe`,
 and the generated code's `dynstep.fastpath` import.
 
-    from dynstep.probe import kernel
-    kernel.ensure()
+    from dynstep.probe import registration
+    registration.ensure()
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Where a rank's recording goes: ``run.dynstep/rank<N>/`` in a multi-rank job, the path itself in
-one process. `dynstep.load("run.dynstep")` merges the ranks back (dynstep.probe.recording).
+one process. `dynstep.load("run.dynstep")` merges the ranks back (dynstep.recording.reader).
 
     rank_path(Path("run.dynstep"))   -> run.dynstep/rank1   (rank 1 of 2)
     rank_dirs(Path("run.dynstep"))   -> [run.dynstep/rank0, run.dynstep/rank1]   (directories, never symlinks)
@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from ..core.errors import StorageError
-from .identity import current
+from ..jobs.identity import current
 
 RANK_DIR = re.compile(r"^rank([0-9]+)$")
 
