@@ -164,3 +164,37 @@ def test_distributed_internals_the_coordinator_uses_exist():
 
     assert callable(c10d._get_default_store) and callable(c10d._set_pg_timeout)
     assert callable(c10d._get_default_group)
+
+
+def test_what_the_compile_time_prompt_reads():
+    """Issue 30: `p EXPR` at dynstep.breakpoint()'s compile-time stop (dynstep/_compat/dynamo.py)."""
+    seen = {}
+
+    def hook(ctx):
+        frame = _compat.comptime_frame(ctx)
+        seen["attempt"] = _compat.compile_attempt(frame.translator) is frame.translator.output
+        values = dict((n, _compat.python_value(v)) for n, v in frame.locals)
+        seen["values"] = {n: type(v).__name__ for n, (ok, v) in values.items() if ok}
+        scope = _compat.compile_scope(ctx, frame)
+        seen["graph"] = [n.name for n in scope["graph"].nodes]
+        seen["ctx"] = tuple(scope["ctx"].get_local("y").as_fake().shape)
+        env = frame.translator.output.shape_env
+        before = len(env.guards)
+        with _compat.guards_suppressed(frame.translator):
+            bool(values["y"][1].shape[0] > 1)
+        seen["guards_added"] = len(env.guards) - before
+
+    comptime = _compat.comptime()
+
+    def helper():
+        comptime(hook)
+
+    def f(x, k):
+        y = x * k
+        name = "proj"
+        helper()
+        return y
+
+    torch.compile(f, backend="eager", dynamic=True, fullgraph=True)(torch.ones(3), 2.0)
+    assert seen["attempt"] and seen["values"]["y"] == "FakeTensor" and seen["values"]["name"] == "str"
+    assert "y" in seen["graph"] and len(seen["ctx"]) == 1 and seen["guards_added"] == 0

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core.errors import Abort, SelectorError
-from ..core.events import Evaluated, GraphShown, Info, Resumed, WhereShown, emit
+from ..core.events import CompileView, CompileViewShown, Evaluated, GraphShown, Info, Resumed, WhereShown, emit
 from ..core.records import Snapshot
 from ..core.sites import SITES
 from ..graph import selectors as sel
 from ..jobs.identity import rank_world
 from ..probe.sessions import deliver
 from ..probe.stats import stats_of
+from .compile_stop import CONTEXTS
 from .graphs import GRAPHS, break_sites
 from .rank_commands import RankCommands
 from .values import tensor_view, value_text
@@ -169,13 +170,45 @@ class StepperCommands(RankCommands):
                         target=site.target, stack=stop.stack))
 
     def cmd_graph(self, arg: str) -> None:
-        """graph, g: the listing of this graph, the current node marked."""
+        """graph, g: the listing of this graph, the current node marked (at a breakpoint: the graph Dynamo traced)."""
         stop = self.current
         assert stop is not None
         entry = GRAPHS.get(stop.site.graph)
-        if entry is None:
-            raise ValueError(f"no listing for graph {stop.site.graph} (a probe stop outside a stepped graph)")
-        emit(GraphShown(entry.graph_id, entry.rows, stop.site.node))
+        if entry is not None:
+            emit(GraphShown(entry.graph_id, entry.rows, stop.site.node))
+            return
+        context = CONTEXTS.of_site(stop.site.id)
+        if context is None:
+            raise ValueError(f"no listing for graph {stop.site.graph} (a probe stop outside a stepped graph; "
+                             "`code` shows every stage of what was compiled)")
+        emit(CompileViewShown(CompileView("graph", f"graph {stop.site.graph}, traced up to {context.location}",
+                                          tuple(context.graph.strip("\n").splitlines()))))
+
+    def cmd_locals(self, arg: str) -> None:
+        """locals: the names bound here (at a breakpoint: every local, tensors with their real values)."""
+        stop = self.current
+        assert stop is not None
+        real = {**stop.inputs, **{n: stop.value for n in stop.names()}}
+        context = CONTEXTS.of_site(stop.site.id)
+        shown = [x.name for x in context.locals] if context is not None else list(real)
+        lines = [f"{name} = {value_text(real[name])}" for name in shown if name in real]
+        if context is not None:
+            lines += [f"{x.name} = {x.text}   (as Dynamo saw it at compile {context.compile_id})"
+                      for x in context.locals if x.name not in real]
+        lines += [f"{name} = {value_text(v)}   (bound with set)" for name, v in self.user_vars.items()]
+        emit(CompileViewShown(CompileView("locals", f"locals at {stop.site.node}", tuple(lines))))
+
+    def cmd_guards(self, arg: str) -> None:
+        """guards: at a dynstep.breakpoint() stop, the guards Dynamo had installed when it traced that line."""
+        stop = self.current
+        assert stop is not None
+        context = CONTEXTS.of_site(stop.site.id)
+        if context is None:
+            raise ValueError("guards are known at dynstep.breakpoint() stops (this is a stop at a graph node); "
+                             "the bytecode stepper's `guards` shows every cache entry's guards")
+        shape = tuple(f"shape: {g}" for g in context.shape_guards)
+        emit(CompileViewShown(CompileView("guards", f"guards of compile {context.compile_id} at {context.location}",
+                                          context.guards + shape)))
 
     def cmd_break(self, arg: str) -> None:
         """break, b SEL: also stop at the nodes a selector picks (b alone lists breakpoints)."""
