@@ -12,6 +12,7 @@ plain data or a small wrapper (`TraceFrame`, `GuardEntry`); where a private obje
     trace      the structured trace (TORCH_TRACE, tlparse): listening to it, writing artifacts into it
     native     mixed-mode debugging: Inductor's provenance, the dispatcher's kernel table, fake replay
     distributed  the default process group's store and collective timeout (dynstep.jobs)
+    explain    Dynamo's registry of graph-break types: ids, explanations, hints, documentation pages
 """
 
 from __future__ import annotations
@@ -31,17 +32,18 @@ from .backend import (WRAPPER_CODEGEN_MODULE, aot_eager_with_graph_hooks, extern
                        inductor_plain, inductor_with_graph_hooks, register_wrapper_codegen, run_and_get_code,
                        wrapper_import)
 from .distributed import default_store, pg_timeout, set_pg_timeout
+from .explain import GraphBreakType, graph_break_type
 from .trace import TRACE_LOGGER, TraceRecord, add_listener, file_tracing, listening, trace_artifact, trace_handle
 from .native import (CompiledGraphFacts, aten_ops_of_node, dispatcher_kernel, inductor_provenance, op_has_schema,
                      returns_view)
 
 __all__ = [
-    "BYTECODE_HOOKS", "CompiledGraphFacts", "GuardEntry", "TRACE_LOGGER", "TraceFrame", "TraceRecord",
+    "BYTECODE_HOOKS", "CompiledGraphFacts", "GraphBreakType", "GuardEntry", "TRACE_LOGGER", "TraceFrame", "TraceRecord",
     "WRAPPER_CODEGEN_MODULE", "add_listener", "aot_eager_with_graph_hooks", "aten_ops_of_node",
     "bytecode_hook_missing", "bytecode_hooks_missing", "cache_entries", "call_op_in_trace", "compile_attempt", "compile_scope", "comptime",
     "comptime_frame", "comptime_local", "comptime_translator", "current_compile_id", "default_store", "dispatcher_kernel",
     "dynamo_output_codes", "effect_of", "extern_kernel_args", "fake_of", "file_tracing", "frame_value_stack",
-    "function_of_variable", "graph_breaks_so_far", "guard_entries", "guard_module_constant", "guards_suppressed", "has_kernel",
+    "function_of_variable", "graph_break_type", "graph_breaks_so_far", "guard_entries", "guard_module_constant", "guards_suppressed", "has_kernel",
     "inductor_cache_dir", "inductor_codegen_loaded", "inductor_config_for_mode", "inductor_output_code",
     "inductor_plain", "inductor_provenance", "inductor_with_graph_hooks", "input_local_name", "is_fake", "is_op",
     "is_op_overload", "is_tensor_variable", "listening", "lookup_backend", "op_has_schema", "original_code",
