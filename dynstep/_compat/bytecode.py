@@ -10,6 +10,7 @@ such code object runs) and, on every torch dynstep supports, Dynamo's bytecode h
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -62,9 +63,13 @@ def register_dynamo_bytecode_hook(fn: Callable[[Any], None]) -> Any:
     from torch._dynamo.convert_frame import register_bytecode_hook
 
     def hook(code: Any, new_code: Any) -> None:
+        _originals[new_code] = code      # orig_code_map gets it only after the hooks ran
         fn(new_code)
 
     return register_bytecode_hook(hook)
+
+
+_originals: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 def dynamo_output_codes() -> list[Any]:
@@ -90,7 +95,7 @@ def original_code(code: Any) -> Any:
     # torch/_dynamo/convert_frame.py when it builds the transformed code.
     from torch._dynamo.utils import orig_code_map
 
-    return orig_code_map.get(code)
+    return orig_code_map.get(code) or _originals.get(code)
 
 
 @dataclasses.dataclass(frozen=True)

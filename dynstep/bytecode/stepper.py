@@ -13,12 +13,14 @@ import os
 import types
 from typing import Any
 
+from .. import _compat
 from ..core.events import Info, emit
 from ..step.stepper import STEPPER
 from .code import CodeInfo, Row, analyse, resume_title
 from .commands import Commands
 from .events import BytecodeStopped
 from .mechanism import Mechanism
+from .replay import replay_lines
 from .views import instruction_row
 
 
@@ -72,6 +74,7 @@ class BytecodeStepper(Commands):
             return code in self.infos
         try:
             info = analyse(code)
+            info = info.with_lines(replay_lines(info, _compat.original_code(code)))
         except Exception as exc:   # a code object we cannot read must not stop the program
             self.failed[code] = f"{type(exc).__name__}: {exc}"
             emit(Info(f"dynstep: cannot analyse {code.co_name} ({self.failed[code]}); it runs without stops"))
@@ -124,7 +127,8 @@ class BytecodeStepper(Commands):
             return "entry" if not self.stopped_once else "step"
         if self.mode == "next" and self.next_from is not None and self.next_from[0] is frame:
             _, line, region = self.next_from
-            if row.line != line or row.region != region:
+            replaying = row.region == "replay" and row.line == info.code.co_firstlineno   # Dynamo's own line
+            if (row.line != line and not replaying) or row.region != region:
                 return "next"
         return None
 
