@@ -18,6 +18,7 @@ plain data or a small wrapper (`TraceFrame`, `GuardEntry`); where a private obje
 from __future__ import annotations
 
 from .bytecode import (BYTECODE_HOOKS, GuardEntry, bytecode_hook_missing, bytecode_hooks_missing, cache_entries,
+                       compile_callbacks,
                        dynamo_output_codes, frame_value_stack, guard_entries, original_code, recompile_reasons,
                        register_dynamo_bytecode_hook, set_dynamo_code_callback)
 from .dynamo import (TraceFrame, call_op_in_trace, compile_attempt, compile_scope, comptime, comptime_frame,
@@ -40,7 +41,7 @@ from .native import (CompiledGraphFacts, aten_ops_of_node, dispatcher_kernel, in
 __all__ = [
     "BYTECODE_HOOKS", "CompiledGraphFacts", "GraphBreakType", "GuardEntry", "TRACE_LOGGER", "TraceFrame", "TraceRecord",
     "WRAPPER_CODEGEN_MODULE", "add_listener", "aot_eager_with_graph_hooks", "aten_ops_of_node",
-    "bytecode_hook_missing", "bytecode_hooks_missing", "cache_entries", "call_op_in_trace", "compile_attempt", "compile_scope", "comptime",
+    "bytecode_hook_missing", "bytecode_hooks_missing", "cache_entries", "call_op_in_trace", "compile_attempt", "compile_callbacks", "compile_scope", "comptime",
     "comptime_frame", "comptime_local", "comptime_translator", "current_compile_id", "default_store", "dispatcher_kernel",
     "dynamo_output_codes", "effect_of", "extern_kernel_args", "fake_of", "file_tracing", "frame_value_stack",
     "function_of_variable", "graph_break_type", "graph_breaks_so_far", "guard_entries", "guard_module_constant", "guards_suppressed", "has_kernel",

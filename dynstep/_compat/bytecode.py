@@ -9,9 +9,10 @@ such code object runs) and, on every torch dynstep supports, Dynamo's bytecode h
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -139,3 +140,28 @@ def recompile_reasons(code: Any) -> list[str]:
     from torch._dynamo.utils import guard_failures
 
     return [str(r) for r in guard_failures.get(code, [])]
+
+
+@contextlib.contextmanager
+def compile_callbacks(on_start: Callable[[], None], on_end: Callable[[], None]) -> Iterator[None]:
+    """`on_start()` when torch starts compiling, `on_end()` when it is done, while the block is open."""
+    # torch/_dynamo/callback.py: callback_handler runs its start callbacks when the outermost compile
+    # begins and its end callbacks when it ends (install_callbacks counts nested ones): a frame's Dynamo
+    # compile (torch/_dynamo/convert_frame.py, with its backend's AOTAutograd and Inductor work),
+    # AOTAutograd's lazy backward compile (torch/_functorch/_aot_autograd/runtime_wrappers.py) and
+    # CUDA-graph recording (torch/_inductor/cudagraph_trees.py).
+    from torch._dynamo.callback import callback_handler
+
+    def start(args: Any) -> None:
+        on_start()
+
+    def end(args: Any) -> None:
+        on_end()
+
+    callback_handler.register_start_callback(start)
+    callback_handler.register_end_callback(end)
+    try:
+        yield
+    finally:
+        callback_handler.remove_start_callback(start)
+        callback_handler.remove_end_callback(end)
