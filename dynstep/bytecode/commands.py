@@ -157,7 +157,7 @@ class Commands(FrameCommands):
         here = self._here()
         emit(source_view(here.info, here.row))
         emit(bytecode_view(here.info, here.row, self.breakpoints.get(here.info.code, set()), everything=True))
-        emit(decompiled_view(here.info.code, here.info.title))
+        emit(decompiled_view(here.info, here.row))
 
     def cmd_source(self, arg: str) -> None:
         """source, src: the user's original source around the current line."""
@@ -165,9 +165,9 @@ class Commands(FrameCommands):
         emit(source_view(here.info, here.row, context=int(arg) if arg else 4))
 
     def cmd_decompiled(self, arg: str) -> None:
-        """decompiled, dc: this code object as Python (depyf), or why it cannot be shown."""
+        """decompiled, dc: this code object as Python (each statement with its user line; the current one marked)."""
         here = self._here()
-        emit(decompiled_view(here.info.code, here.info.title))
+        emit(decompiled_view(here.info, here.row))
 
     def cmd_stack(self, arg: str) -> None:
         """stack: the real value stack of this frame, bottom first (the top is what the next instruction uses)."""

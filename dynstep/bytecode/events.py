@@ -56,11 +56,12 @@ class BytecodeShown:
 
 @dataclasses.dataclass(frozen=True)
 class DecompiledShown:
-    """The code object as Python source (depyf), or why it could not be produced."""
+    """The code object as Python source (dynstep's decompiler, else depyf), or why it could not be produced."""
 
     title: str
     source: str | None
     reason: str
+    mark: int = 0         # the line of `source` holding the current instruction (0: none)
 
 
 @dataclasses.dataclass(frozen=True)

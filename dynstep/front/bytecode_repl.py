@@ -92,7 +92,8 @@ def _source(c: Console, e: SourceShown) -> None:
 def _decompiled(c: Console, e: DecompiledShown) -> None:
     c.print(Text(f"decompiled {e.title}: {e.reason}", style="bold"))
     if e.source:
-        c.print(Syntax(e.source, "python", theme="ansi_dark", background_color="default"))
+        c.print(Syntax(e.source, "python", theme="ansi_dark", background_color="default", line_numbers=bool(e.mark),
+                       highlight_lines={e.mark} if e.mark else set()))
 
 
 def _values(c: Console, e: ValuesShown) -> None:

@@ -142,13 +142,17 @@ def test_break_at_a_source_line_and_at_an_instruction(events):
 
 
 def test_views_and_backtrace_never_fail(events, monkeypatch):
-    monkeypatch.setitem(sys.modules, "depyf", None)      # depyf missing: say so, keep going
+    monkeypatch.setitem(sys.modules, "depyf", None)      # no depyf: dynstep's own decompiler (issue 30)
     from dynstep.bytecode import views as bytecode_views
 
     bytecode_views._decompile.cache_clear()
-    run_story(events, "b entry; c; ll; bt; locals; globals compiled_fn; c")
-    dec = [e for e in events if isinstance(e, DecompiledShown)][0]
-    assert dec.source is None and ("depyf" in dec.reason)
+    run_story(events, "ll; b entry; c; ll; bt; locals; globals compiled_fn; c")
+    dec, resume = [e for e in events if isinstance(e, DecompiledShown)]
+    assert dec.source is not None and dec.reason.startswith("decompiled by dynstep")
+    assert "['print']('graph break')" in dec.source
+    assert any(line.endswith(f"# line {BREAK_LINE}: print(\"graph break\")") for line in dec.source.splitlines())
+    assert "__compiled_fn" in dec.source.splitlines()[dec.mark - 1]          # the entry: the graph call is next
+    assert resume.title == f"resume of story after line {BREAK_LINE}" and "return " in resume.source
     bytecode_views._decompile.cache_clear()
     from dynstep.bytecode.events import FramesShown
 
