@@ -13,16 +13,17 @@ plain data or a small wrapper (`TraceFrame`, `GuardEntry`); where a private obje
     native     mixed-mode debugging: Inductor's provenance, the dispatcher's kernel table, fake replay
     distributed  the default process group's store and collective timeout (dynstep.jobs)
     explain    Dynamo's registry of graph-break types: ids, explanations, hints, documentation pages
+    stages     compiles that produce every stage (`dynstep run --dump`)
 """
 
 from __future__ import annotations
 
 from .bytecode import (BYTECODE_HOOKS, GuardEntry, bytecode_hook_missing, bytecode_hooks_missing, cache_entries,
-                       compile_callbacks,
+                       compile_callbacks, compile_id_of,
                        dynamo_output_codes, frame_value_stack, guard_entries, original_code, recompile_reasons,
                        register_dynamo_bytecode_hook, set_dynamo_code_callback)
 from .dynamo import (TraceFrame, call_op_in_trace, compile_attempt, compile_scope, comptime, comptime_frame,
-                     comptime_local, comptime_translator, current_compile_id, fake_of, function_of_variable,
+                     comptime_local, comptime_translator, current_compile_id, dynamo_paused, fake_of, function_of_variable,
                      graph_breaks_so_far, guard_module_constant, guards_suppressed, input_local_name,
                      is_tensor_variable, lookup_backend, python_constant, python_value, realize, recompile_reason,
                      shape_guards, symbolic_value, through_dynamo, wrap_dynamo_compiler)
@@ -34,6 +35,7 @@ from .backend import (WRAPPER_CODEGEN_MODULE, aot_eager_with_graph_hooks, extern
                        wrapper_import)
 from .distributed import default_store, pg_timeout, set_pg_timeout
 from .explain import GraphBreakType, graph_break_type
+from .stages import fresh_compiles
 from .trace import TRACE_LOGGER, TraceRecord, add_listener, file_tracing, listening, trace_artifact, trace_handle
 from .native import (CompiledGraphFacts, aten_ops_of_node, dispatcher_kernel, inductor_provenance, op_has_schema,
                      returns_view)
@@ -41,9 +43,9 @@ from .native import (CompiledGraphFacts, aten_ops_of_node, dispatcher_kernel, in
 __all__ = [
     "BYTECODE_HOOKS", "CompiledGraphFacts", "GraphBreakType", "GuardEntry", "TRACE_LOGGER", "TraceFrame", "TraceRecord",
     "WRAPPER_CODEGEN_MODULE", "add_listener", "aot_eager_with_graph_hooks", "aten_ops_of_node",
-    "bytecode_hook_missing", "bytecode_hooks_missing", "cache_entries", "call_op_in_trace", "compile_attempt", "compile_callbacks", "compile_scope", "comptime",
-    "comptime_frame", "comptime_local", "comptime_translator", "current_compile_id", "default_store", "dispatcher_kernel",
-    "dynamo_output_codes", "effect_of", "extern_kernel_args", "fake_of", "file_tracing", "frame_value_stack",
+    "bytecode_hook_missing", "bytecode_hooks_missing", "cache_entries", "call_op_in_trace", "compile_attempt", "compile_callbacks", "compile_id_of", "compile_scope", "comptime",
+    "comptime_frame", "comptime_local", "comptime_translator", "current_compile_id", "default_store", "dynamo_paused", "dispatcher_kernel",
+    "dynamo_output_codes", "effect_of", "extern_kernel_args", "fake_of", "file_tracing", "frame_value_stack", "fresh_compiles",
     "function_of_variable", "graph_break_type", "graph_breaks_so_far", "guard_entries", "guard_module_constant", "guards_suppressed", "has_kernel",
     "inductor_cache_dir", "inductor_codegen_loaded", "inductor_config_for_mode", "inductor_output_code",
     "inductor_plain", "inductor_provenance", "inductor_with_graph_hooks", "input_local_name", "is_fake", "is_op",

@@ -165,3 +165,13 @@ def compile_callbacks(on_start: Callable[[], None], on_end: Callable[[], None]) 
     finally:
         callback_handler.remove_start_callback(start)
         callback_handler.remove_end_callback(end)
+
+
+def compile_id_of(code: Any) -> str:
+    """The compile id ("0/1") of a code object Dynamo produced, while it is in Dynamo's cache ("" otherwise)."""
+    # torch/_dynamo/eval_frame.py: _debug_get_cache_entry_list(original code) -> CacheEntry objects, each
+    # with .code (the transformed code) and .compile_id (torch/csrc/dynamo/cache_entry.h)
+    original = original_code(code)
+    if original is None:
+        return ""
+    return next((str(e.compile_id) for e in cache_entries(original) if e.code is code), "")

@@ -265,6 +265,23 @@ def wrap_dynamo_compiler(wrap: Callable[[Callable[..., Any]], Callable[..., Any]
     return patched()
 
 
+@contextlib.contextmanager
+def dynamo_paused() -> Iterator[None]:
+    """Frames run as plain CPython inside the block (a debugger's stop inside Dynamo-produced code,
+    where Dynamo's frame callback would compile every function the debugger calls)."""
+    # torch/_C/_dynamo/eval_frame.pyi: set_eval_frame(callback) sets this thread's frame callback and
+    # returns the one it replaced; None turns it off. The exact previous value is put back:
+    # torch.compiler.disable's exit re-derives it from the stance (torch/_dynamo/eval_frame.py,
+    # _callback_from_stance), which turned a stop's later calls into compiles.
+    from torch._C._dynamo.eval_frame import set_eval_frame
+
+    prior = set_eval_frame(None)
+    try:
+        yield
+    finally:
+        set_eval_frame(prior)
+
+
 def guard_module_constant(module: str, attribute: str) -> bool:
     # torch/_dynamo/source.py: ImportSource + AttrSource name a module attribute the way Dynamo's
     # own guards do; torch/_dynamo/guards.py: install_guard adds the guard to the frame being

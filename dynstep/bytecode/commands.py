@@ -169,6 +169,21 @@ class Commands(FrameCommands):
         here = self._here()
         emit(decompiled_view(here.info, here.row))
 
+    def cmd_code(self, arg: str) -> None:
+        """code [STAGE [all]]: this frame's compile, stage by stage (dynamo, aot, inductor, bytecode...), here marked."""
+        from ..stages.view import show, stage_list
+
+        here = self._here()
+        compile_id = _compat.compile_id_of(here.info.code)
+        wanted, _, rest = arg.partition(" ")
+        if not wanted:
+            have = stage_list(compile_id) if compile_id else ()
+            emit(Info(f"compile {compile_id or '?'} of {here.info.title}: stages {', '.join(have) or 'none captured'}; "
+                      "code STAGE shows one (code bytecode: this code as Python), code STAGE all all of it"))
+            return
+        source = f"{here.info.code.co_filename}:{here.row.line}" if here.row.line else ""
+        emit(show(compile_id, wanted, source=source, index=here.row.index, whole=rest.strip() == "all"))
+
     def cmd_stack(self, arg: str) -> None:
         """stack: the real value stack of this frame, bottom first (the top is what the next instruction uses)."""
         here = self._here()

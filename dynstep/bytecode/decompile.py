@@ -105,9 +105,11 @@ def _render(code: types.CodeType, statements: tuple[Statement, ...], title: str)
     head = f"def {code.co_name}({', '.join(args)}):"
     out = [head + (f"    # {title}" if title else "")]
     width = min(72, max([len("    " * s.indent + s.text) for s in statements] + [20]))
-    for s in statements:
+    last = object()
+    for s in statements:   # the user line once per run of statements that stand for it
         text = "    " * s.indent + s.text
-        out.append(f"{text:<{width}}  {_comment(code.co_filename, s.line)}".rstrip())
+        out.append(f"{text:<{width}}  {_comment(code.co_filename, s.line) if s.line != last else ''}".rstrip())
+        last = s.line
     return "\n".join(out) + "\n"
 
 

@@ -130,10 +130,11 @@ class FrameCommands(CommandSet):
             write_back(here.frame, scope)
             emit(Info(f"ran in {here.info.title}"))
         except Exception as exc:    # a typo must not take the program down (as for commands)
-            hint = ""
-            if isinstance(exc, NameError) and source.strip().isidentifier():
-                hint = f"; not a command either (commands: {', '.join(names(type(self)))})"
-            emit(CommandFailed(source, f"{type(exc).__name__}: {exc}{hint}"))
+            if isinstance(exc, NameError) and source.strip().isidentifier():   # a typo of a command, most likely
+                emit(CommandFailed(source, f"unknown command {source.strip()!r} (nor a name in this frame); commands: "
+                                           f"{', '.join(names(type(self)))} (help shows what each does)"))
+                return False
+            emit(CommandFailed(source, f"{type(exc).__name__}: {exc}"))
         return False
 
 

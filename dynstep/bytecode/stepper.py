@@ -13,8 +13,6 @@ import os
 import types
 from typing import Any
 
-import torch
-
 from .. import _compat
 from ..core.errors import Abort
 from ..core.events import Info, emit
@@ -217,7 +215,8 @@ class BytecodeStepper(Commands):
         try:
             # the stop runs inside Dynamo-produced code, where Dynamo would compile every function the
             # debugger calls (a tensor's repr, a statement typed at the prompt): not while stopped
-            torch.compiler.disable(self.frontend.run, recursive=True)(self, None)
+            with _compat.dynamo_paused():
+                self.frontend.run(self, None)
         finally:
             self.current = None
 

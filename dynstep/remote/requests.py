@@ -34,7 +34,7 @@ CAPABILITIES = {
     "supportsEvaluateForHovers": True, "supportsSetVariable": True, "supportsSetExpression": True,
     "supportsExceptionInfoRequest": True, "supportsDelayedStackTraceLoading": True,
     "supportsDisassembleRequest": True, "supportsSteppingGranularity": True,
-    "supportTerminateDebuggee": True, "supportsTerminateRequest": True,
+    "supportTerminateDebuggee": True, "supportsTerminateRequest": True, "supportsLoadedSourcesRequest": True,
     "exceptionBreakpointFilters": [{"filter": "nan", "label": "NaN/Inf in a compiled graph", "default": True,
                                     "description": "stop at the first node whose value is not finite "
                                                    "(the run needs nan='stop': dynstep run --nan stop)"}],
@@ -212,6 +212,12 @@ class SessionRequests:
             return {"content": self.sources.content(ref), "mimeType": "text/x-python"}
         except KeyError:
             raise DapError(f"no source with reference {ref!r} (graph listings have one)") from None
+
+    def req_loadedSources(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
+        """Every stage of every compile (dynstep.stages), as sources read from this process."""
+        from .stagesources import loaded_sources
+
+        return {"sources": loaded_sources(self.sources)}
 
     def req_terminate(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
         self.terminate()

@@ -35,7 +35,7 @@ from .requests import SessionRequests, require_token
 
 SESSION_COMMANDS = frozenset({"initialize", "attach", "launch", "setBreakpoints", "setFunctionBreakpoints",
                               "setExceptionBreakpoints", "configurationDone", "threads", "pause", "source",
-                              "terminate", "disconnect"})
+                              "loadedSources", "terminate", "disconnect"})
 STOP_COMMANDS = frozenset({"stackTrace", "scopes", "variables", "evaluate", "setVariable", "setExpression",
                            "exceptionInfo", "disassemble", "continue", "next", "stepIn", "stepOut"})
 RESUME = frozenset({"continue", "next", "stepIn", "stepOut"})

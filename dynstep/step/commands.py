@@ -210,6 +210,22 @@ class StepperCommands(RankCommands):
         emit(CompileViewShown(CompileView("guards", f"guards of compile {context.compile_id} at {context.location}",
                                           context.guards + shape)))
 
+    def cmd_code(self, arg: str) -> None:
+        """code [STAGE [all]]: this compile's stages (dynamo, aot, post-grad, inductor, bytecode...), this node marked."""
+        from ..stages.capture import compile_id_of_graph
+        from ..stages.view import show, stage_list
+
+        stop = self.current
+        assert stop is not None
+        compile_id = compile_id_of_graph(stop.site.graph)
+        wanted, _, rest = arg.partition(" ")
+        if not wanted:
+            have = stage_list(compile_id)
+            listing = ", ".join(have) or "none captured (dynstep run, step_bytecode() and graphs with stop points do)"
+            emit(Info(f"compile {compile_id or '?'}: {listing}; code STAGE shows one, code STAGE all the whole of it"))
+            return
+        emit(show(compile_id, wanted, node=stop.site.node, source=stop.site.source, whole=rest.strip() == "all"))
+
     def cmd_break(self, arg: str) -> None:
         """break, b SEL: also stop at the nodes a selector picks (b alone lists breakpoints)."""
         if not arg:

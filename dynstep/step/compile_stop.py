@@ -137,6 +137,14 @@ class CompileStopCommands(CommandSet):
         """graph, g: the FX graph traced so far in this frame."""
         emit(CompileViewShown(View("graph", "graph so far", tuple(self.stop.graph.strip("\n").splitlines()))))
 
+    def cmd_code(self, arg: str) -> None:
+        """code [dynamo]: what exists of this compile yet: Dynamo's graph so far (the other stages come after tracing)."""
+        if arg.split(" ")[0] not in ("", "dynamo"):
+            raise ValueError(f"compile {self.stop.compile_id} is still being traced: only its Dynamo graph exists "
+                             "(code dynamo); AOTAutograd and Inductor run when Dynamo has finished this frame, and "
+                             "`code` at the runtime stop of this breakpoint shows every stage")
+        self.cmd_graph("")
+
     def cmd_guards(self, arg: str) -> None:
         """guards: the guards installed so far (and symbolic shape guards)."""
         shape = tuple(f"shape: {g}" for g in self.stop.shape_guards)
