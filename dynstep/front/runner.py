@@ -214,9 +214,7 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
         print(f"dynstep run: --record: {exc}", file=sys.stderr)
         return 2
     dump = dump_folder(dump)
-    if dump is not None and not _dump_usable(dump):
-        return 2
-    if dap is not None and not _serve(dap):
+    if (dump is not None and not _dump_usable(dump)) or (dap is not None and not _serve(dap)):
         return 2
     code = 1
     try:
