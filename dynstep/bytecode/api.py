@@ -22,7 +22,6 @@ from .. import _compat
 from ..core import wiring
 from ..core.errors import UnsupportedTorch
 from ..core.events import Info, emit
-from ..stages.capture import capturing
 from ..step.stepper import STEPPER
 from .hooks import installed
 from .mechanism import Mechanism, choose
@@ -78,7 +77,7 @@ def step_bytecode(*, commands: str | None = None, frontend: str | None = None,
     routing = _compat.wrap_dynamo_compiler(_through_superstep(frontend, commands, share)) if route \
         else contextlib.nullcontext()
     try:
-        with routing, capturing(), installed(engine, mechanism):   # capturing: `code STAGE` at its stops
+        with routing, installed(engine, mechanism):
             _ACTIVE = engine
             yield engine
     finally:

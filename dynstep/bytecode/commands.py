@@ -177,12 +177,14 @@ class Commands(FrameCommands):
         compile_id = _compat.compile_id_of(here.info.code)
         wanted, _, rest = arg.partition(" ")
         if not wanted:
-            have = stage_list(compile_id) if compile_id else ()
-            emit(Info(f"compile {compile_id or '?'} of {here.info.title}: stages {', '.join(have) or 'none captured'}; "
-                      "code STAGE shows one (code bytecode: this code as Python), code STAGE all all of it"))
+            have = stage_list(compile_id, here.info.code)
+            emit(Info(f"compile {compile_id or '?'} of {here.info.title}: stages {', '.join(have)}; code STAGE shows "
+                      "one (code bytecode: this code as Python), code STAGE all all of it (the graphs' stages are "
+                      "kept under dynstep run and for graphs with stop points)"))
             return
         source = f"{here.info.code.co_filename}:{here.row.line}" if here.row.line else ""
-        emit(show(compile_id, wanted, source=source, index=here.row.index, whole=rest.strip() == "all"))
+        emit(show(compile_id, wanted, source=source, index=here.row.index, whole=rest.strip() == "all",
+                  code=here.info.code))
 
     def cmd_stack(self, arg: str) -> None:
         """stack: the real value stack of this frame, bottom first (the top is what the next instruction uses)."""

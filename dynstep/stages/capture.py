@@ -2,9 +2,9 @@
 tlparse show), kept in process: Dynamo's graph, AOTAutograd's graphs, Inductor's post-grad graph and
 output code, and the code objects Dynamo wrote.
 
-Capturing is on while `dynstep run` runs or a `step_bytecode()` block is open (`capturing()`,
-nestable), and from the first graph compiled with stop points on (`keep`): torch computes these
-texts whenever anything listens to its trace, which the compile log already does in those cases.
+Capturing is on while `dynstep run` runs (`capturing()`, nestable) and from the first graph compiled
+with stop points on (`keep`; `step_bytecode()` compiles every graph so): torch computes these texts
+whenever anything listens to its trace, which the compile log already does under `dynstep run`.
 At most `LIMIT` compiles are kept, the oldest dropped first.
 
     with capturing():

@@ -65,7 +65,7 @@ def write_dump(folder: str | os.PathLike[str]) -> list[Path]:
         for stage in stages_of(compile_id):
             name = stage.name + (f"#{stage.variant}" if stage.variant else "")
             rel = f"{_folder_name(compile_id, STAGES.function_of(compile_id) or stage.function)}/{name}.py"
-            marks = marks_for(stage, compile_id, None)
+            marks = marks_for(stage, compile_id)
             text = annotated_text(stage, compile_id, marks)
             (path / rel).parent.mkdir(parents=True, exist_ok=True)
             (path / rel).write_text(text, encoding="utf-8")
@@ -87,7 +87,7 @@ def annotated_text(stage: Stage, compile_id: str, marks: tuple | None = None) ->
     computes (line numbers unchanged: they stay those of the wrapper module that runs)."""
     if not stage.name.startswith("inductor"):
         return stage.text
-    marks = marks_for(stage, compile_id, None) if marks is None else marks
+    marks = marks_for(stage, compile_id) if marks is None else marks
     lines = stage.text.splitlines()
     for mark in marks:
         if 0 < mark.line <= len(lines) and note_of(mark):

@@ -26,9 +26,12 @@ from .records import STAGE_NAMES, LineMark, Stage, StageShown
 WINDOW = 12
 
 
-def stages_of(compile_id: str) -> list[Stage]:
-    """What torch wrote for the compile, then the code Dynamo wrote for it as Python."""
-    return STAGES.of(compile_id) + [s for s in (bytecode_stage(c, compile_id) for c in STAGES.code_of(compile_id)) if s]
+def stages_of(compile_id: str, code: types.CodeType | None = None) -> list[Stage]:
+    """What torch wrote for the compile, then the code Dynamo wrote for it as Python (`code`: that code
+    object, also when nothing captured the compile: a bytecode stop always has its own code)."""
+    codes = STAGES.code_of(compile_id)
+    codes += [code] if code is not None and code not in codes else []
+    return STAGES.of(compile_id) + [s for s in (bytecode_stage(c, compile_id) for c in codes) if s]
 
 
 def bytecode_stage(code: types.CodeType, compile_id: str) -> Stage | None:
@@ -48,23 +51,23 @@ def _decompiled(code: types.CodeType):   # noqa: ANN202 (a Decompiled, or None)
         return None
 
 
-def stage_list(compile_id: str) -> tuple[str, ...]:
+def stage_list(compile_id: str, code: types.CodeType | None = None) -> tuple[str, ...]:
     names = []
-    for s in stages_of(compile_id):
+    for s in stages_of(compile_id, code):
         names.append(s.name + (f"#{s.variant}" if s.variant else ""))
     return tuple(dict.fromkeys(names))
 
 
-def pick(compile_id: str, wanted: str) -> Stage:
+def pick(compile_id: str, wanted: str, code: types.CodeType | None = None) -> Stage:
     """The stage `wanted` ("aot", "inductor#1") of the compile; ValueError listing what exists."""
     name, _, number = wanted.partition("#")
-    found = [s for s in stages_of(compile_id) if s.name == name]
+    found = [s for s in stages_of(compile_id, code) if s.name == name]
     if name not in STAGE_NAMES:
         raise ValueError(f"no stage {wanted!r}; stages: {', '.join(STAGE_NAMES)} (`code` lists this compile's)")
     if not found:
-        have = ", ".join(stage_list(compile_id)) or "none captured"
-        raise ValueError(f"compile {compile_id} has no {name} stage (this compile has: {have}); stages are captured "
-                         "under dynstep run, step_bytecode() and for graphs with stop points, from then on")
+        have = ", ".join(stage_list(compile_id, code)) or "none captured"
+        raise ValueError(f"compile {compile_id or '?'} has no {name} stage (this compile has: {have}); stages are "
+                         "captured under dynstep run and from the first graph compiled with stop points on")
     if number:
         if not number.isdigit() or int(number) >= len(found):
             raise ValueError(f"compile {compile_id} has {len(found)} {name} stage(s): {name}#0-{len(found) - 1}")
@@ -73,10 +76,10 @@ def pick(compile_id: str, wanted: str) -> Stage:
 
 
 def show(compile_id: str, wanted: str, *, node: str = "", source: str = "", index: int | None = None,
-         whole: bool = False) -> StageShown:
-    stage = pick(compile_id, wanted)
-    marks = marks_for(stage, compile_id, index)
-    here = _marked(stage, marks, node, source, index)
+         whole: bool = False, code: types.CodeType | None = None) -> StageShown:
+    stage = pick(compile_id, wanted, code)
+    marks = marks_for(stage, compile_id, code)
+    here = _marked(stage, marks, node, source, index, code)
     lines = stage.text.splitlines()
     if whole or not here:
         first, last = 1, (len(lines) if whole else min(len(lines), 2 * WINDOW + 1))
@@ -86,12 +89,12 @@ def show(compile_id: str, wanted: str, *, node: str = "", source: str = "", inde
     notes = tuple((m.line, note_of(m)) for m in marks if first <= m.line <= last and stage.name.startswith("inductor"))
     shown = tuple((n, lines[n - 1]) for n in range(first, last + 1))
     more = "" if whole or (first == 1 and last == len(lines)) else f"lines {first}-{last} of {len(lines)} (code {wanted} all)"
-    return StageShown(stage.name, stage.title, shown, tuple(here), notes, stage_list(compile_id), stage.path, more)
+    return StageShown(stage.name, stage.title, shown, tuple(here), notes, stage_list(compile_id, code), stage.path, more)
 
 
-def marks_for(stage: Stage, compile_id: str, index: int | None) -> tuple[LineMark, ...]:
+def marks_for(stage: Stage, compile_id: str, code: types.CodeType | None = None) -> tuple[LineMark, ...]:
     if stage.name == "bytecode":
-        code = next((c for c in STAGES.code_of(compile_id) if c.co_name == stage.function), None)
+        code = _code_of(stage, code)
         made = _decompiled(code) if code is not None else None
         if made is None:
             return ()
@@ -101,9 +104,16 @@ def marks_for(stage: Stage, compile_id: str, index: int | None) -> tuple[LineMar
     return marks_of(stage, node_sources(dynamo))
 
 
-def _marked(stage: Stage, marks: tuple[LineMark, ...], node: str, source: str, index: int | None) -> list[int]:
+def _code_of(stage: Stage, code: types.CodeType | None) -> types.CodeType | None:
+    """The code object a bytecode stage was made from."""
+    codes = STAGES.code_of(stage.compile_id) + ([code] if code is not None else [])
+    return next((c for c in codes if c.co_name == stage.function), None)
+
+
+def _marked(stage: Stage, marks: tuple[LineMark, ...], node: str, source: str, index: int | None,
+            code: types.CodeType | None) -> list[int]:
     if stage.name == "bytecode" and index is not None:
-        code = next((c for c in STAGES.code_of(stage.compile_id) if c.co_name == stage.function), None)
+        code = _code_of(stage, code)
         made = _decompiled(code) if code is not None else None
         statement = made.statement_at(index) if made is not None else None
         return [made.statements.index(statement) + 2] if statement is not None else []

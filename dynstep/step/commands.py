@@ -221,7 +221,7 @@ class StepperCommands(RankCommands):
         wanted, _, rest = arg.partition(" ")
         if not wanted:
             have = stage_list(compile_id)
-            listing = ", ".join(have) or "none captured (dynstep run, step_bytecode() and graphs with stop points do)"
+            listing = ", ".join(have) or "none captured (under dynstep run, and for graphs with stop points, they are)"
             emit(Info(f"compile {compile_id or '?'}: {listing}; code STAGE shows one, code STAGE all the whole of it"))
             return
         emit(show(compile_id, wanted, node=stop.site.node, source=stop.site.source, whole=rest.strip() == "all"))
