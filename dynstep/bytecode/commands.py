@@ -170,7 +170,7 @@ class Commands(FrameCommands):
         emit(decompiled_view(here.info, here.row))
 
     def cmd_code(self, arg: str) -> None:
-        """code [STAGE [all]]: this frame's compile, stage by stage (dynamo, aot, inductor, bytecode...), here marked."""
+        """code [STAGE [all]]: this frame's compile, stage by stage (dynamo, aot, inductor, bytecode), here marked."""
         from ..stages.view import show, stage_list
 
         here = self._here()

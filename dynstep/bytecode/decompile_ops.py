@@ -1,7 +1,8 @@
 """The decompiler's symbolic value stack, and its handlers for loads, stack shuffles and calls.
 
 `Machine.step(inst)` runs ``op_<OPNAME>`` (`dynstep.bytecode.decompile_values` adds the handlers that
-build values, store and return); an opcode without a handler is a `DecompileError` naming it. Values are `Expr`s (Python text, precedence, the names they read, the instructions that made
+build values, store and return); an opcode without a handler is a `DecompileError` naming it.
+Values are `Expr`s (Python text, precedence, the names they read, the instructions that made
 them); statements are appended to `Machine.out` as they happen. Standard library only.
 """
 

@@ -85,8 +85,9 @@ class FrameCommands(CommandSet):
                              f"0 (where the program stopped) to {len(frames) - 1} (`bt` lists them)")
         self.level = level
         here = self._here()
+        row = instruction_row(here.row, self.breakpoints.get(here.info.code, set()))
         emit(FrameSelected(level=level, count=len(frames), title=here.info.title, file=here.info.code.co_filename,
-                           line=here.row.line, row=instruction_row(here.row, self.breakpoints.get(here.info.code, set()))))
+                           line=here.row.line, row=row))
 
     def cmd_return(self, arg: str) -> bool:
         """return, r: run until the selected frame is about to return (the top of `stack` is the value)."""
@@ -96,7 +97,7 @@ class FrameCommands(CommandSet):
         return True
 
     def cmd_catch(self, arg: str) -> None:
-        """catch [on|off]: stop where an exception is raised in (or passes through) Dynamo-produced code (on by default)."""
+        """catch [on|off]: stop where an exception is raised in, or passes through, Dynamo's code (on by default)."""
         if arg not in ("", "on", "off"):
             raise ValueError("usage: catch on | catch off")
         if arg:

@@ -59,9 +59,12 @@ def decompiled_view(info: CodeInfo, row: Row | None = None) -> DecompiledShown:
     return DecompiledShown(title=info.title, source=source, reason=reason, mark=mark)
 
 
+Marks = tuple[tuple[int, frozenset[int]], ...]
+
+
 @functools.lru_cache(maxsize=64)
 def _decompile(code: types.CodeType, title: str,
-               lines: tuple[tuple[int, int | None], ...]) -> tuple[str | None, str, tuple[tuple[int, frozenset[int]], ...]]:
+               lines: tuple[tuple[int, int | None], ...]) -> tuple[str | None, str, Marks]:
     """(source, how it was made or why not, (source line, instruction indexes) per statement)."""
     try:
         made = decompile(code, title=title, lines=dict(lines))

@@ -173,16 +173,16 @@ class StepperCommands(RankCommands):
         """graph, g: the listing of this graph, the current node marked (at a breakpoint: the graph Dynamo traced)."""
         stop = self.current
         assert stop is not None
-        entry = GRAPHS.get(stop.site.graph)
-        if entry is not None:
-            emit(GraphShown(entry.graph_id, entry.rows, stop.site.node))
-            return
         context = CONTEXTS.of_site(stop.site.id)
-        if context is None:
+        if context is not None:    # a breakpoint's runtime stop: the graph as Dynamo had traced it to that line
+            emit(CompileViewShown(CompileView("graph", f"graph {stop.site.graph}, traced up to {context.location}",
+                                              tuple(context.graph.strip("\n").splitlines()))))
+            return
+        entry = GRAPHS.get(stop.site.graph)
+        if entry is None:
             raise ValueError(f"no listing for graph {stop.site.graph} (a probe stop outside a stepped graph; "
                              "`code` shows every stage of what was compiled)")
-        emit(CompileViewShown(CompileView("graph", f"graph {stop.site.graph}, traced up to {context.location}",
-                                          tuple(context.graph.strip("\n").splitlines()))))
+        emit(GraphShown(entry.graph_id, entry.rows, stop.site.node))
 
     def cmd_locals(self, arg: str) -> None:
         """locals: the names bound here (at a breakpoint: every local, tensors with their real values)."""
