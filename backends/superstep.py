@@ -109,6 +109,11 @@ def _kernel_provenance(opts: Options) -> contextlib.AbstractContextManager[None]
 def _compile_instrumented(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
     graph_id = gi.graph_id(gm, _compat.current_compile_id())
     COMPILE_LOG.set_handle(graph_id, _compat.trace_handle())   # where its run-time artifacts go
+    if pause_pass.wants_pauses(opts) or opts.nan == "stop":    # `code STAGE` at its stops (dynstep.stages)
+        from dynstep.stages.capture import STAGES
+
+        STAGES.keep(_compat.current_compile_id(), lambda: gm.print_readable(print_output=False),
+                    graph_id.rpartition("[")[0])
     mark = plans.sites_so_far()
     compiled = _instrumented(gm, example_inputs, opts, graph_id)
     _publish_plan(gm, graph_id, opts, mark)

@@ -7,6 +7,7 @@
     dynstep run -m MODULE [ARGS]         ... --pause SEL --probe SEL --commands "p value; c" --frontend pdb
     dynstep run --probe SEL --record R SCRIPT   ... and keep what the probes saw in the recording R
     dynstep run --step-bytecode SCRIPT   step through the bytecode Dynamo wrote, and into its graphs
+    dynstep run --dump DIR SCRIPT        every stage of every compile as files (docs/stages.md)
     dynstep run --ranks 1 -m torch.distributed.run --nproc-per-node 2 train.py   (docs/distributed.md)
     dynstep run --dap 5679 [--wait] SCRIPT   serve the Debug Adapter Protocol (VS Code attaches; docs/vscode.md);
                                          --dap HOST:PORT off loopback needs --dap-token (or prints one)
@@ -91,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> Result:
         code = jobs_cli.launch(target, script_args, overrides, dap, jobs_cli.worker_flags(args))
         return code == 0, "", code
     code = run(target, script_args, overrides, module=args.module is not None, step_bytecode=args.step_bytecode,
-               native=args.native, dap=dap, explain=args.explain, record=args.record)
+               native=args.native, dap=dap, explain=args.explain, record=args.record, dump=args.dump)
     return code == 0, "", code
 
 

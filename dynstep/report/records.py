@@ -41,6 +41,9 @@ class CompileEvent:
     detail: str = ""          # the explanation or the full reason, a few lines
     source_text: str = ""     # the text of the user's line, read when the event was collected
     count: int = 1            # how many times the same event (kind, line, reason) happened
+    hints: tuple[str, ...] = ()   # Dynamo's hints for a graph break ("Set torch._dynamo.config...")
+    gb_id: str = ""           # the graph-break type's id in Dynamo's registry ("GB0124")
+    doc_url: str = ""         # its documentation page
 
     @property
     def where(self) -> str:
