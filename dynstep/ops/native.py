@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dynstep")
 
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
-SOURCES = ("probe_cpu.cpp",)
+SOURCES = ("probe_cpu.cpp", "probe_publish.cpp")
 CUDA_SOURCES = ("cuda/probe_cuda_op.cpp", "cuda/probe_cuda.cu")
 HEADERS = ("probe_state.h", "probe_kernels.h", "cuda/probe_cuda.h")
 
