@@ -179,6 +179,59 @@ __global__ void stats_final(const DevAcc* partials, int blocks, DevAcc* out, con
   }
 }
 
+// -- fused summaries: the statistics are already reduced (by Inductor's kernels); fold and publish ---
+constexpr int kFusedBatch = 16;  // hits per launch: the kernel's parameters stay far below 4 KiB
+
+struct FusedSite {
+  const void* part[6];
+  int part_dtype[6];
+  int nparts;
+  long long numel;
+  RingHeader* head;
+  RingSlot* slots;
+  unsigned long long capacity;
+};
+
+struct FusedBatch {
+  FusedSite site[kFusedBatch];
+  int n;
+};
+
+__device__ double read_number(const void* p, int dtype) {
+  switch (dtype) {
+    case kDouble: return *static_cast<const double*>(p);
+    case kFloat: return static_cast<double>(*static_cast<const float*>(p));
+    case kHalf: return static_cast<double>(__half2float(*static_cast<const __half*>(p)));
+    case kBFloat16: return static_cast<double>(__bfloat162float(*static_cast<const __nv_bfloat16*>(p)));
+    case kLong: return static_cast<double>(*static_cast<const long long*>(p));
+    case kInt: return static_cast<double>(*static_cast<const int*>(p));
+    case kShort: return static_cast<double>(*static_cast<const short*>(p));
+    case kChar: return static_cast<double>(*static_cast<const signed char*>(p));
+    case kByte: return static_cast<double>(*static_cast<const unsigned char*>(p));
+    default: return CUDART_NAN;
+  }
+}
+
+// One thread publishes the batch in order, so the device sequence numbers follow graph order.
+__global__ void publish_fused(FusedBatch b) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  for (int i = 0; i < b.n; ++i) {
+    const FusedSite& s = b.site[i];
+    DevAcc a = dev_empty();
+    a.sum = read_number(s.part[0], s.part_dtype[0]);
+    a.sumsq = read_number(s.part[1], s.part_dtype[1]);
+    a.min = read_number(s.part[2], s.part_dtype[2]);
+    a.max = read_number(s.part[3], s.part_dtype[3]);
+    a.absmax = fmax(fabs(a.min), fabs(a.max));
+    const long long bad = s.nparts == 6 ? static_cast<long long>(read_number(s.part[5], s.part_dtype[5])) : 0;
+    const long long nan = s.nparts == 6 ? static_cast<long long>(read_number(s.part[4], s.part_dtype[4])) : 0;
+    a.nan = static_cast<unsigned long long>(nan);
+    a.inf = static_cast<unsigned long long>(bad - nan);
+    a.count = static_cast<unsigned long long>(s.numel - bad);
+    publish(a, 0.0, s.head, s.slots, s.capacity);
+  }
+}
+
 // What the host callback reads: device-reduced stats (summary) and the shift they used.
 struct HostStats {
   DevAcc acc;
@@ -515,6 +568,7 @@ static void destroy(Payload* p) {
   int previous = -1;
   if (cudaGetDevice(&previous) == cudaSuccess && previous != p->device) cudaSetDevice(p->device);
   if (p->d_partials) cudaFree(p->d_partials);  // synchronizes: the kernels that publish into the ring are done
+  else if (p->h_head) cudaDeviceSynchronize();  // a fused payload: its publish kernels are done too
   if (p->d_shift) cudaFree(p->d_shift);
   if (p->h_head) {
     std::lock_guard<std::mutex> g(harvest_mu());
@@ -582,14 +636,17 @@ cudaError_t prepare(int64_t site, int dtype, const int64_t* shape, int ndim, int
   long long want = (numel + kThreads - 1) / kThreads;
   p->blocks = static_cast<int>(want < 1 ? 1 : (want > 1024 ? 1024 : want));
   if ((err = cudaGetDevice(&p->device)) != cudaSuccess) goto done;
-  if ((err = cudaMalloc(&p->d_partials, sizeof(DevAcc) * (p->blocks + 1))) != cudaSuccess) goto done;
-  if ((err = cudaMalloc(&p->d_shift, sizeof(double))) != cudaSuccess) goto done;
-  if ((err = cudaHostAlloc(reinterpret_cast<void**>(&p->h_stats), sizeof(HostStats), cudaHostAllocDefault)) != cudaSuccess)
-    goto done;
-  if (mode != kModeSummary && p->nbytes > 0 &&
+  if (mode != kModeFused) {  // a fused payload only publishes what Inductor's kernels reduced
+    if ((err = cudaMalloc(&p->d_partials, sizeof(DevAcc) * (p->blocks + 1))) != cudaSuccess) goto done;
+    if ((err = cudaMalloc(&p->d_shift, sizeof(double))) != cudaSuccess) goto done;
+    if ((err = cudaHostAlloc(reinterpret_cast<void**>(&p->h_stats), sizeof(HostStats), cudaHostAllocDefault)) !=
+        cudaSuccess)
+      goto done;
+  }
+  if ((mode == kModeRecord || mode == kModeFullCopy) && p->nbytes > 0 &&
       (err = cudaHostAlloc(&p->h_copy, static_cast<size_t>(p->nbytes), cudaHostAllocDefault)) != cudaSuccess)
     goto done;
-  if (mode == kModeSummary) {
+  if (mode == kModeSummary || mode == kModeFused) {
     p->ring_capacity = ring_capacity < 1 ? 1 : (ring_capacity > kMaxRing ? kMaxRing : ring_capacity);
     size_t bytes = sizeof(RingHeader) + sizeof(RingSlot) * static_cast<size_t>(p->ring_capacity);
     void* mapped = nullptr;
@@ -630,6 +687,30 @@ cudaError_t enqueue(Payload& p, const void* device_ptr, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
   }
   return cudaLaunchHostFunc(stream, on_host, &p);
+}
+
+cudaError_t enqueue_fused(const FusedHit* hits, int n, cudaStream_t stream) {
+  for (int at = 0; at < n; at += kFusedBatch) {
+    FusedBatch b{};
+    b.n = std::min(kFusedBatch, n - at);
+    for (int i = 0; i < b.n; ++i) {
+      const FusedHit& h = hits[at + i];
+      FusedSite& s = b.site[i];
+      for (int k = 0; k < 6; ++k) {
+        s.part[k] = h.part[k];
+        s.part_dtype[k] = h.part_dtype[k];
+      }
+      s.nparts = h.nparts;
+      s.numel = h.payload->numel;
+      s.head = h.payload->d_head;
+      s.slots = h.payload->d_slots;
+      s.capacity = static_cast<unsigned long long>(h.payload->ring_capacity);
+    }
+    publish_fused<<<1, 32, 0, stream>>>(b);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 int64_t replays(const Payload& p) { return p.replays.load(); }
