@@ -142,7 +142,8 @@ def _front(frontend: Any, commands: Any) -> dict[str, Any]:
     return {"frontend": frontend, "commands": commands}
 
 
-SWITCHES = ("DYNSTEP_NATIVE", "DYNSTEP_FAST_PROBE", "DYNSTEP_PROBES", "DYNSTEP_BREAKPOINTS")
+SWITCHES = ("DYNSTEP_NATIVE", "DYNSTEP_FAST_PROBE", "DYNSTEP_PROBES", "DYNSTEP_BREAKPOINTS", "DYNSTEP_FUSED_STATS",
+            "DYNSTEP_KERNEL_COUNTS")
 
 
 def switched_off(name: str) -> bool:
@@ -154,6 +155,11 @@ def switched_off(name: str) -> bool:
         return False
     raise OptionsError(f"environment variable {name}={os.environ[name]!r}: expected 1/0 (or true/false, "
                        "yes/no, on/off)")
+
+
+def switched_on(name: str) -> bool:
+    """A DYNSTEP_* switch that is off unless set to 1/true/yes/on."""
+    return bool(os.environ.get(name, "").strip()) and not switched_off(name)
 
 
 def check_environment(environ: Mapping[str, str] | None = None) -> None:
