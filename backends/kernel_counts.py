@@ -3,6 +3,7 @@ asked (DYNSTEP_KERNEL_COUNTS=1, `dynstep doctor`), of the same graph compiled on
 probes in the same run. Each graph's count goes into the compile log as a `KernelCount`, so
 recordings keep it and `dynstep report` shows it.
 
+    with measure(): ...                                        # or DYNSTEP_KERNEL_COUNTS=1
     counter = KernelCounter("forward[0/0]")
     with counter.around(gm, is_backward, fused=3) as slot:     # around Inductor's compile of gm
         slot.compiled = compile_fx_inner(gm, ...)
@@ -30,9 +31,23 @@ from dynstep.report.records import KernelCount
 log = logging.getLogger("dynstep")
 
 
+_forced = 0
+
+
 def measuring() -> bool:
     """Compile every probed graph a second time without probes, to count what the probes added."""
-    return switched_on("DYNSTEP_KERNEL_COUNTS")
+    return _forced > 0 or switched_on("DYNSTEP_KERNEL_COUNTS")
+
+
+@contextlib.contextmanager
+def measure() -> Iterator[None]:
+    """Measure inside the block whatever DYNSTEP_KERNEL_COUNTS says (`dynstep doctor --fusion`)."""
+    global _forced
+    _forced += 1
+    try:
+        yield
+    finally:
+        _forced -= 1
 
 
 @dataclasses.dataclass

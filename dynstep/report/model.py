@@ -22,7 +22,7 @@ from ..jobs.compare import RankDifference, compare_ranks
 from ..graph import selectors as sel
 from ..graph.filter import snapshot_matches
 from .histogram import Histogram, histogram
-from .records import CompileEvent, GraphPlan, RunInfo, dedupe
+from .records import CompileEvent, GraphPlan, KernelCount, RunInfo, dedupe
 
 STATS = ("min", "max", "mean", "std", "absmax")
 MAX_PANELS = 48
@@ -131,6 +131,7 @@ class RunReport:
     rank: int | None = None             # a distributed job's recording: the rank drawn
     ranks: tuple[int, ...] = ()         # ... and every rank it holds
     rank_differences: tuple[RankDifference, ...] = ()   # hits where some rank differs from rank 0
+    kernels: tuple[KernelCount, ...] = ()   # per probed graph: Inductor's kernels with (and without) the probes
 
     def source_key(self, source: str, path: str = "") -> str:
         """The anchor of a user line ("" when the report does not list it)."""
@@ -179,7 +180,8 @@ def build(recording: RecordingLike, *, select: Sequence[str] = (), max_panels: i
                      events=dedupe([e for e in events if e.kind != "compile"]),
                      compiles=tuple(e for e in events if e.kind == "compile"), plans=plans,
                      sources=_sources(hits, events, plans), selected=tuple(select), rank=rank,
-                     ranks=ranks if rank is not None else (), rank_differences=differences)
+                     ranks=ranks if rank is not None else (), rank_differences=differences,
+                     kernels=tuple(getattr(recording, "kernel_counts", ())))
 
 
 def sel_matches(difference: RankDifference, selector: sel.Selector) -> bool:

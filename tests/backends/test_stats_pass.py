@@ -6,7 +6,10 @@ compile's, hits keep graph order across fused and unfused probes, and outputs st
 from __future__ import annotations
 
 import copy
+import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -228,6 +231,12 @@ def test_a_streaming_session_receives_fused_hits_as_they_happen(fuse_all, tmp_pa
     again = dynstep.load(tmp_path / "run.dynstep")
     assert [r.node for r in again.records("*")] == ["x", "x_2", "x_4", "x_6"]
     assert [k.fused for k in again.kernel_counts] == [4]
+    out = subprocess.run([sys.executable, "-m", "dynstep", "report", str(tmp_path / "run.dynstep"), "--json",
+                          str(tmp_path / "r.json")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "kernels" in out.stdout and "4 probe(s) computed in the kernels, 0 on a materialised value" in out.stdout
+    (count,) = json.loads((tmp_path / "r.json").read_text())["kernels"]
+    assert count["fused"] == 4 and count["extern"] == 0 and count["kernels"] >= 1
 
 
 def test_kill_switch_keeps_the_extern_call(monkeypatch):
