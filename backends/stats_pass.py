@@ -204,7 +204,9 @@ def _statistics(emit: _Emitter, x: torch.fx.Node) -> list[torch.fx.Node]:
     kept = emit(aten.where.self, finite, x, _full(emit, v, 0.0))
     lo = emit(aten.amin.default, emit(aten.where.self, finite, x, _full(emit, v, math.inf)), [], out=v.dtype)
     hi = emit(aten.amax.default, emit(aten.where.self, finite, x, _full(emit, v, -math.inf)), [], out=v.dtype)
-    count = torch.int32 if isinstance(v.numel(), int) and v.numel() < 2 ** 31 else torch.int64
+    # int32 counts vectorise twice as wide on CPU; CUDA's publish reads int64 (csrc/cuda/probe_cuda.cu)
+    count = torch.int32 if v.device.type == "cpu" and isinstance(v.numel(), int) and v.numel() < 2 ** 31 \
+        else torch.int64
     nans = emit(prims.convert_element_type.default, emit(aten.ne.Tensor, x, x), count)
     bad = emit(prims.convert_element_type.default, emit(aten.logical_not.default, finite), count)
     return [*_sums(emit, emit(prims.convert_element_type.default, kept, torch.float64)), lo, hi,

@@ -183,9 +183,12 @@ __global__ void stats_final(const DevAcc* partials, int blocks, DevAcc* out, con
 constexpr int kFusedBatch = 16;  // hits per launch: the kernel's parameters stay far below 4 KiB
 
 struct FusedSite {
-  const void* part[6];
-  int part_dtype[6];
-  int nparts;
+  const double* sum;
+  const double* sumsq;
+  const void* min;               // in the value's dtype (the launch's T)
+  const void* max;
+  const long long* nan;          // int64 counts, or nullptr for a dtype without NaN/Inf
+  const long long* bad;
   long long numel;
   RingHeader* head;
   RingSlot* slots;
@@ -197,34 +200,20 @@ struct FusedBatch {
   int n;
 };
 
-__device__ double read_number(const void* p, int dtype) {
-  switch (dtype) {
-    case kDouble: return *static_cast<const double*>(p);
-    case kFloat: return static_cast<double>(*static_cast<const float*>(p));
-    case kHalf: return static_cast<double>(__half2float(*static_cast<const __half*>(p)));
-    case kBFloat16: return static_cast<double>(__bfloat162float(*static_cast<const __nv_bfloat16*>(p)));
-    case kLong: return static_cast<double>(*static_cast<const long long*>(p));
-    case kInt: return static_cast<double>(*static_cast<const int*>(p));
-    case kShort: return static_cast<double>(*static_cast<const short*>(p));
-    case kChar: return static_cast<double>(*static_cast<const signed char*>(p));
-    case kByte: return static_cast<double>(*static_cast<const unsigned char*>(p));
-    default: return CUDART_NAN;
-  }
-}
-
 // One thread publishes the batch in order, so the device sequence numbers follow graph order.
+template <typename T>
 __global__ void publish_fused(FusedBatch b) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   for (int i = 0; i < b.n; ++i) {
     const FusedSite& s = b.site[i];
     DevAcc a = dev_empty();
-    a.sum = read_number(s.part[0], s.part_dtype[0]);
-    a.sumsq = read_number(s.part[1], s.part_dtype[1]);
-    a.min = read_number(s.part[2], s.part_dtype[2]);
-    a.max = read_number(s.part[3], s.part_dtype[3]);
+    a.sum = *s.sum;
+    a.sumsq = *s.sumsq;
+    a.min = to_double(*static_cast<const T*>(s.min));
+    a.max = to_double(*static_cast<const T*>(s.max));
     a.absmax = fmax(fabs(a.min), fabs(a.max));
-    const long long bad = s.nparts == 6 ? static_cast<long long>(read_number(s.part[5], s.part_dtype[5])) : 0;
-    const long long nan = s.nparts == 6 ? static_cast<long long>(read_number(s.part[4], s.part_dtype[4])) : 0;
+    const long long bad = s.bad != nullptr ? *s.bad : 0;
+    const long long nan = s.nan != nullptr ? *s.nan : 0;
     a.nan = static_cast<unsigned long long>(nan);
     a.inf = static_cast<unsigned long long>(bad - nan);
     a.count = static_cast<unsigned long long>(s.numel - bad);
@@ -689,26 +678,37 @@ cudaError_t enqueue(Payload& p, const void* device_ptr, cudaStream_t stream) {
   return cudaLaunchHostFunc(stream, on_host, &p);
 }
 
-cudaError_t enqueue_fused(const FusedHit* hits, int n, cudaStream_t stream) {
+// Hits of one value dtype, in batches (stream order keeps the batches in order).
+static cudaError_t enqueue_fused_run(const FusedHit* hits, int n, cudaStream_t stream) {
   for (int at = 0; at < n; at += kFusedBatch) {
     FusedBatch b{};
     b.n = std::min(kFusedBatch, n - at);
     for (int i = 0; i < b.n; ++i) {
       const FusedHit& h = hits[at + i];
-      FusedSite& s = b.site[i];
-      for (int k = 0; k < 6; ++k) {
-        s.part[k] = h.part[k];
-        s.part_dtype[k] = h.part_dtype[k];
-      }
-      s.nparts = h.nparts;
-      s.numel = h.payload->numel;
-      s.head = h.payload->d_head;
-      s.slots = h.payload->d_slots;
-      s.capacity = static_cast<unsigned long long>(h.payload->ring_capacity);
+      b.site[i] = FusedSite{static_cast<const double*>(h.sum), static_cast<const double*>(h.sumsq), h.min, h.max,
+                            static_cast<const long long*>(h.nan), static_cast<const long long*>(h.bad),
+                            h.payload->numel, h.payload->d_head, h.payload->d_slots,
+                            static_cast<unsigned long long>(h.payload->ring_capacity)};
     }
-    publish_fused<<<1, 32, 0, stream>>>(b);
-    cudaError_t err = cudaGetLastError();
+    cudaError_t err = dispatch_dtype(
+        hits[at].value_dtype,
+        [&](auto tag) {
+          publish_fused<typename decltype(tag)::type><<<1, 32, 0, stream>>>(b);
+          return cudaGetLastError();
+        },
+        [] { return cudaErrorInvalidValue; });
     if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t enqueue_fused(const FusedHit* hits, int n, cudaStream_t stream) {
+  int start = 0;
+  for (int i = 1; i <= n; ++i) {
+    if (i < n && hits[i].value_dtype == hits[start].value_dtype) continue;
+    cudaError_t err = enqueue_fused_run(hits + start, i - start, stream);
+    if (err != cudaSuccess) return err;
+    start = i;
   }
   return cudaSuccess;
 }

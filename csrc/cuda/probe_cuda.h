@@ -56,15 +56,20 @@ cudaError_t prepare(int64_t site, int dtype, const int64_t* shape, int ndim, int
 cudaError_t enqueue(Payload& p, const void* device_ptr, cudaStream_t stream);
 
 // One fused summary (dynstep::publish): the device addresses of the statistics Inductor's kernels
-// wrote for a value — (sum, sumsq, min, max[, nan, bad]), each a 0-dim tensor of the dtype in
-// `part_dtype` — and the kModeFused payload of its site. enqueue_fused publishes every hit into its
-// payload's mapped ring from one thread of a small kernel per 16 hits, in order: capturable, no
-// host callback, no copy.
+// wrote for a value — float64 sum and sum of squares, min and max in the value's dtype
+// (`value_dtype`, uint8 for bool), int64 NaN and non-finite counts (nullptr for integer values) —
+// and the kModeFused payload of its site. enqueue_fused publishes every hit into its payload's mapped
+// ring from one thread of a small kernel per 16 hits of a dtype, in order: capturable, no host
+// callback, no copy.
 struct FusedHit {
   Payload* payload = nullptr;
-  const void* part[6] = {};
-  int part_dtype[6] = {};
-  int nparts = 4;
+  const void* sum = nullptr;
+  const void* sumsq = nullptr;
+  const void* min = nullptr;
+  const void* max = nullptr;
+  const void* nan = nullptr;
+  const void* bad = nullptr;
+  int value_dtype = kFloat;
 };
 cudaError_t enqueue_fused(const FusedHit* hits, int n, cudaStream_t stream);
 int64_t replays(const Payload& p);

@@ -136,6 +136,25 @@ int64_t element_size_of(int64_t code) {
   }
 }
 
+// A site's statistics as the device kernel reads them (backends/stats_pass.py makes the sums float64 and
+// the counts int64 on CUDA; min and max keep the value's dtype).
+cuda::FusedHit fused_hit(cuda::Payload* p, const at::Tensor* parts, int64_t n) {
+  TORCH_CHECK(parts[0].scalar_type() == at::kDouble && parts[1].scalar_type() == at::kDouble &&
+                  parts[2].scalar_type() == parts[3].scalar_type() &&
+                  (n == 4 || (parts[4].scalar_type() == at::kLong && parts[5].scalar_type() == at::kLong)),
+              "dynstep::publish on CUDA: expected float64 sums, min/max of one dtype and int64 counts");
+  cuda::FusedHit h;
+  h.payload = p;
+  h.sum = parts[0].const_data_ptr();
+  h.sumsq = parts[1].const_data_ptr();
+  h.min = parts[2].const_data_ptr();
+  h.max = parts[3].const_data_ptr();
+  h.nan = n == 6 ? parts[4].const_data_ptr() : nullptr;
+  h.bad = n == 6 ? parts[5].const_data_ptr() : nullptr;
+  h.value_dtype = static_cast<int>(parts[2].scalar_type());
+  return h;
+}
+
 // dynstep::publish on CUDA: the statistics Inductor's kernels left on the device, published into each
 // site's mapped ring by a small kernel (capturable; under CUDA graphs the addresses are the graph's).
 void publish_cuda(at::TensorList stats, at::IntArrayRef sites, c10::SymIntArrayRef shapes, at::IntArrayRef ranks,
@@ -161,14 +180,7 @@ void publish_cuda(at::TensorList stats, at::IntArrayRef sites, c10::SymIntArrayR
       return publish_python(stats.vec(), sites, shapes, ranks, dtypes);  // eager: Python takes the batch
     std::shared_ptr<cuda::Payload> p = payload_for(sp, v, cuda::kModeFused, stream, capture);
     if (!p) continue;
-    cuda::FusedHit h;
-    h.payload = p.get();
-    h.nparts = static_cast<int>(parts_of(dtypes[i]));
-    for (int k = 0; k < h.nparts; ++k) {
-      h.part[k] = stats[first + k].const_data_ptr();
-      h.part_dtype[k] = static_cast<int>(stats[first + k].scalar_type());
-    }
-    hits.push_back(h);
+    hits.push_back(fused_hit(p.get(), stats.data() + first, parts_of(dtypes[i])));
     held.push_back(std::move(p));
   }
   if (!hits.empty()) C10_CUDA_CHECK(cuda::enqueue_fused(hits.data(), static_cast<int>(hits.size()), stream));
