@@ -66,14 +66,16 @@ class KernelCounter:
     @contextlib.contextmanager
     def around(self, gm: torch.fx.GraphModule, is_backward: bool, *, fused: int) -> Iterator[Slot]:
         slot = Slot()
-        bare = without_probes(gm) if measuring() else None
+        bare = without_probes(gm) if measuring() and any(_calls_dynstep(n) for n in gm.graph.nodes) else None
         yield slot
         unprobed = -1
         if bare is not None and slot.compile_other is not None:
             unprobed = _count(slot.compile_other(bare))
+        extern = sum(1 for n in gm.graph.nodes if probe_value(n) is not None)
+        if not (fused or extern):   # a graph the selectors left without probes: nothing to say
+            return
         count = KernelCount(graph=self.graph_id, phase="backward" if is_backward else "forward",
-                            kernels=_count(slot.compiled), unprobed=unprobed, fused=fused,
-                            extern=sum(1 for n in gm.graph.nodes if probe_value(n) is not None))
+                            kernels=_count(slot.compiled), unprobed=unprobed, fused=fused, extern=extern)
         self.counts.append(count)
         COMPILE_LOG.add(count)
         log.debug("dynstep: %s", count)
@@ -93,6 +95,11 @@ def probe_value(node: torch.fx.Node) -> torch.fx.Node | None:
     if node.target is _compat.with_effects_op() and node.args[1] is ops.probe:
         return node.args[2]
     return None
+
+
+def _calls_dynstep(node: torch.fx.Node) -> bool:
+    return probe_value(node) is not None or (node.op == "call_function" and (
+        node.target is ops.publish or node.target is _compat.with_effects_op() and node.args[1] is ops.publish))
 
 
 def without_probes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

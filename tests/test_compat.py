@@ -167,7 +167,7 @@ def test_distributed_internals_the_coordinator_uses_exist():
 
 
 def test_inductor_pieces_the_fused_statistics_rely_on():
-    """dynstep/_compat/inductor.py and the compile hooks backends/stats_pass.py uses, on the installed torch."""
+    """dynstep/_compat/fusion.py and the compile hooks backends/stats_pass.py uses, on the installed torch."""
     import torch._inductor.config as config
     from torch._guards import TracingContext
     from torch._inductor.output_code import CompiledFxGraph

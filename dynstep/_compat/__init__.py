@@ -8,7 +8,7 @@ plain data or a small wrapper (`TraceFrame`, `GuardEntry`); where a private obje
     fx         FX, the dispatcher, effects, pytree
     dynamo     compile ids, backends, comptime (dynstep.breakpoint), guards, the user-compiler hook
     backend    Inductor and AOTAutograd hooks, generated code, the wrapper codegen registry
-    inductor   fused summary statistics: fake values of added nodes, fusion limits, kernel counts
+    fusion     fused summary statistics: fake values of added nodes, Inductor's fusion limits, kernel counts
     bytecode   the bytecode stepper's hooks into Dynamo
     trace      the structured trace (TORCH_TRACE, tlparse): listening to it, writing artifacts into it
     native     mixed-mode debugging: Inductor's provenance, the dispatcher's kernel table, fake replay
@@ -31,7 +31,7 @@ from .backend import (WRAPPER_CODEGEN_MODULE, aot_eager_with_graph_hooks, extern
                        inductor_cache_dir, inductor_codegen_loaded, inductor_config_for_mode, inductor_output_code,
                        inductor_plain, inductor_with_graph_hooks, register_wrapper_codegen, run_and_get_code,
                        wrapper_import)
-from .inductor import fake_mode_of, fusion_limits, in_fake_mode, kernel_count
+from .fusion import fake_mode_of, fusion_limits, in_fake_mode, kernel_count
 from .distributed import default_store, pg_timeout, set_pg_timeout
 from .trace import TRACE_LOGGER, TraceRecord, add_listener, file_tracing, listening, trace_artifact, trace_handle
 from .native import (CompiledGraphFacts, aten_ops_of_node, dispatcher_kernel, inductor_provenance, op_has_schema,
@@ -41,15 +41,16 @@ __all__ = [
     "BYTECODE_HOOKS", "CompiledGraphFacts", "GuardEntry", "TRACE_LOGGER", "TraceFrame", "TraceRecord",
     "WRAPPER_CODEGEN_MODULE", "add_listener", "aot_eager_with_graph_hooks", "aten_ops_of_node",
     "bytecode_hook_missing", "bytecode_hooks_missing", "cache_entries", "call_op_in_trace", "comptime",
-    "comptime_frame", "comptime_local", "comptime_translator", "current_compile_id", "default_store", "dispatcher_kernel",
-    "dynamo_output_codes", "effect_of", "extern_kernel_args", "fake_mode_of", "fake_of", "file_tracing", "frame_value_stack",
-    "function_of_variable", "fusion_limits", "graph_breaks_so_far", "guard_entries", "guard_module_constant", "has_kernel", "in_fake_mode",
-    "inductor_cache_dir", "inductor_codegen_loaded", "inductor_config_for_mode", "inductor_output_code",
-    "inductor_plain", "inductor_provenance", "inductor_with_graph_hooks", "input_local_name", "is_fake", "is_op",
-    "is_op_overload", "is_tensor_variable", "kernel_count", "listening", "lookup_backend", "op_has_schema", "original_code",
-    "pg_timeout", "print_options", "python_constant", "qualified_name", "realize", "recompile_reason", "recompile_reasons",
-    "register_dynamo_bytecode_hook", "register_ordered_effect", "register_wrapper_codegen",
-    "restore_print_options", "returns_view", "run_and_get_code", "set_dynamo_code_callback", "set_pg_timeout", "shape_guards",
-    "symbolic_value", "through_dynamo", "trace_artifact", "trace_handle", "tree_leaves", "with_effects_op",
-    "wrap_dynamo_compiler", "wrapper_import",
+    "comptime_frame", "comptime_local", "comptime_translator", "current_compile_id", "default_store",
+    "dispatcher_kernel", "dynamo_output_codes", "effect_of", "extern_kernel_args", "fake_mode_of", "fake_of",
+    "file_tracing", "frame_value_stack", "function_of_variable", "fusion_limits", "graph_breaks_so_far",
+    "guard_entries", "guard_module_constant", "has_kernel", "in_fake_mode", "inductor_cache_dir",
+    "inductor_codegen_loaded", "inductor_config_for_mode", "inductor_output_code", "inductor_plain",
+    "inductor_provenance", "inductor_with_graph_hooks", "input_local_name", "is_fake", "is_op", "is_op_overload",
+    "is_tensor_variable", "kernel_count", "listening", "lookup_backend", "op_has_schema", "original_code",
+    "pg_timeout", "print_options", "python_constant", "qualified_name", "realize", "recompile_reason",
+    "recompile_reasons", "register_dynamo_bytecode_hook", "register_ordered_effect", "register_wrapper_codegen",
+    "restore_print_options", "returns_view", "run_and_get_code", "set_dynamo_code_callback", "set_pg_timeout",
+    "shape_guards", "symbolic_value", "through_dynamo", "trace_artifact", "trace_handle", "tree_leaves",
+    "with_effects_op", "wrap_dynamo_compiler", "wrapper_import",
 ]

@@ -32,10 +32,12 @@ def fusion_report(*, dim: int = 128, seq: int = 64, batch: int = 4) -> tuple[lis
              f"values of {stats_pass.FUSE_MIN_NUMEL} elements or more",
              f"TinyGPT (2 layers, dim {dim}, batch {batch} x {seq}) training step, summary probes on every node, "
              "grads=True, Inductor:",
-             f"  {'graph':<16} {'phase':<9} {'kernels':>7} {'without probes':>15} {'added':>6} {'fused':>6} {'extern':>7}"]
+             f"  {'graph':<16} {'phase':<9} {'kernels':>7} {'without probes':>15} {'added':>6} {'fused':>6} "
+             f"{'extern':>7}"]
     for c in counts:
         added = "?" if c.added is None else f"{c.added:+d}"
-        lines.append(f"  {c.graph:<16} {c.phase:<9} {c.kernels:>7} {c.unprobed:>15} {added:>6} {c.fused:>6} {c.extern:>7}")
+        lines.append(f"  {c.graph:<16} {c.phase:<9} {c.kernels:>7} {c.unprobed:>15} {added:>6} {c.fused:>6} "
+                     f"{c.extern:>7}")
     ok = bool(counts) and all(c.added is not None and c.added <= 1 for c in counts)
     if not ok:
         lines.append("  probes added more than one kernel to a graph (or none was counted): fusion changed")
