@@ -1,6 +1,7 @@
 """What probes cost under CPU Inductor, each figure against a baseline taken in the same run.
 
-    python bench/probe_overhead.py               # every part (about five minutes on 2 cores)
+    python bench/probe_overhead.py               # every part (about five minutes on 2 cores, and the
+                                                 # training part's compiles: about 15 more)
     python bench/probe_overhead.py --quick       # fewer rounds
     python bench/probe_overhead.py --only model|kernel|training|record|calls|tokens [--json out.json]
 
@@ -20,7 +21,8 @@ Parts (one torch thread throughout; timings are medians of interleaved rounds):
   training  a training step (forward + backward of a loss, no optimizer) of TinyGPT and of
           HF GPT-2 built from a config, Inductor: plain torch.compile, and superstep with summary probes
           on every node or on module outputs only, grads=True, fused (the default) and extern
-          (DYNSTEP_FUSED_STATS=0); the kernels each probed graph got with and without its probes.
+          (DYNSTEP_FUSED_STATS=0); for the fused ones, the kernels each probed graph got with and
+          without its probes (each of those graphs compiled twice: most of this part's time).
   record  one record hit on 16 Mi float32 against `dst.copy_(x)` of the same bytes.
   calls   where an eager probe call's time goes: torch.ops (Python -> dispatcher) vs the direct
           entry, with no action and with summary, against a Python no-op call.
@@ -34,6 +36,7 @@ Parts (one torch thread throughout; timings are medians of interleaved rounds):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -267,7 +270,8 @@ def part_training(quick: bool) -> dict:
                 key = f"{label}{'' if fused else ', extern'}"
                 backend = dynstep.superstep(probe=probe, grads=True)
                 mark = COMPILE_LOG.mark()
-                with fused_stats(fused), kernel_counts.measure():
+                measure = kernel_counts.measure() if fused else contextlib.nullcontext()   # each compile twice
+                with fused_stats(fused), measure:
                     steps[key] = training_step(model, idx, backend, f"{name}_{key}")
                     steps[key]()   # compiled (forward and backward) now, while the switch holds
                 counts[key] = to_json([e for e in COMPILE_LOG.entries()[mark:] if isinstance(e, KernelCount)])
