@@ -244,3 +244,17 @@ def test_kill_switch_keeps_the_extern_call(monkeypatch):
     _, code, s = probed_run(chain, torch.randn(1 << 15), probe=("op:sin",))
     assert "dynstep_probe(" in code and "dynstep_publish(" not in code
     assert len(s.records("*")) == 4
+
+
+def test_doctor_fusion_prints_kernels_with_and_without_probes_per_graph():
+    out = subprocess.run([sys.executable, "-m", "dynstep", "doctor", "--fusion"], capture_output=True, text=True,
+                         timeout=1200)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "summary probes under Inductor computed inside its kernels: on" in text
+    assert "graph" in text and "without probes" in text and "fused" in text and "extern" in text
+    rows = [r for line in text.splitlines() for r in [line.split()] if r[:1] and r[0].startswith("forward[")
+            and len(r) == 7 and r[2].isdigit()]
+    assert {r[1] for r in rows} == {"forward", "backward"}
+    for _graph, _phase, kernels, unprobed, added, fused_, extern in (r[:7] for r in rows):
+        assert int(kernels) - int(unprobed) == int(added) and int(fused_) > 0 and int(extern) >= 0
