@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import operator
 from collections.abc import Callable, Iterator
@@ -43,6 +44,7 @@ from . import kernel_counts
 
 FUSE_MIN_NUMEL = 1 << 14      # smaller values keep the extern probe call (bench/probe_overhead.py: fused)
 MAX_SITES_PER_PUBLISH = 64
+log = logging.getLogger("dynstep")
 aten = torch.ops.aten
 prims = torch.ops.prims
 
@@ -88,6 +90,8 @@ def fuse_summaries(gm: torch.fx.GraphModule) -> FusedProbes:
     if runs:
         graph.lint()
         gm.recompile()
+    for site_id, why in kept:
+        log.debug("dynstep: summary probe %d keeps the extern call: %s", site_id, why)
     return FusedProbes(tuple(fused_ids), tuple(kept), len(runs))
 
 
@@ -157,7 +161,6 @@ def _lower_run(graph: torch.fx.Graph, run: list[_Call]) -> None:
         last.node.args = args
     else:   # its token, as rewired when the run's earlier probes went
         last.node.args = (last.node.args[0], ops.publish, *args)
-
 
 
 def _drop(graph: torch.fx.Graph, call: _Call) -> None:
