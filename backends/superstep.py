@@ -34,7 +34,7 @@ from dynstep.report import plans
 from dynstep.report.compile_log import COMPILE_LOG
 
 from . import inner as inner_mod
-from . import pause_pass, probe_pass
+from . import pause_pass, probe_pass, stats_pass
 
 
 def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
@@ -212,8 +212,11 @@ def _compile_probed(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
                                         rewrite=lambda g, is_backward: probe_pass.direct_probe_calls(
                                             rewrite(g, is_backward=is_backward)))
+    lowering = stats_pass.Lowering(graph_id)   # summary probes computed inside Inductor's kernels
     compiled = inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
-                                        rewrite=lambda g, is_backward: rewrite(g, is_backward=is_backward))
+                                        rewrite=lambda g, is_backward: lowering.rewrite(
+                                            rewrite(g, is_backward=is_backward), is_backward),
+                                        around=lowering.around)
     return _checked_after_replay(compiled, sites, opts, example_inputs)
 
 

@@ -319,3 +319,45 @@ def test_what_the_bytecode_stepper_stages_and_hints_read():
     kinds = {r.kind for r in records} | {r.name for r in records}
     assert {"dynamo_output_graph", "aot_inference_graph", "inductor_post_grad_graph"} <= kinds, kinds
     assert sys.version_info >= (3, 11)
+
+
+def test_inductor_pieces_the_fused_statistics_rely_on():
+    """dynstep/_compat/fusion.py and the compile hooks backends/stats_pass.py uses, on the installed torch."""
+    import torch._inductor.config as config
+    from torch._guards import TracingContext
+    from torch._inductor.output_code import CompiledFxGraph
+    from torch._inductor.utils import BoxedBool
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    with mode:
+        fake = torch.empty(3)
+    assert _compat.fake_mode_of([fake]) is mode and _compat.fake_mode_of([]) is None
+    with _compat.in_fake_mode(mode):
+        assert _compat.is_fake(torch.empty(2))
+    before = (config.max_fusion_size, config.cpp.max_horizontal_fusion_size)
+    with _compat.fusion_limits(40):
+        assert config.max_fusion_size >= 104 and config.cpp.max_horizontal_fusion_size >= 56
+    assert (config.max_fusion_size, config.cpp.max_horizontal_fusion_size) == before
+    assert "output_strides" in TracingContext(None).__dict__ and bool(BoxedBool(True))
+    assert "source_code" in CompiledFxGraph.__dataclass_fields__ or hasattr(CompiledFxGraph, "source_code")
+    seen = []
+
+    def around(gm, is_backward):
+        import contextlib
+
+        @contextlib.contextmanager
+        def slot():
+            box = type("Slot", (), {"compiled": None, "compile_other": None})()
+            yield box
+            seen.append((is_backward, _compat.kernel_count(box.compiled), box.compile_other is not None))
+        return slot()
+
+    compiled = _compat.inductor_with_graph_hooks(*_traced(lambda x: torch.sin(x) + 1, torch.randn(8)), mode=None,
+                                                 rewrite=lambda gm, is_backward: gm, around=around)
+    assert compiled is not None and seen == [(False, 1, True)]
+
+
+def _traced(fn, *args):
+    gm = torch.fx.symbolic_trace(fn)
+    return gm, list(args)

@@ -19,7 +19,7 @@ from ..report.records import CompileEvent, dedupe
 from .report_text import event_line, function_name, nonfinite_line, summary_rows
 from .tables import plain, table_console
 
-_SHOWN_IN_TERMINAL = ("recording", "hits", "calls (steps)", "probes", "graphs", "devices", "compile events")
+_SHOWN_IN_TERMINAL = ("recording", "hits", "calls (steps)", "probes", "graphs", "devices", "compile events", "kernels")
 _MAX_EVENTS = 12
 
 

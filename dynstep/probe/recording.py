@@ -40,7 +40,7 @@ from ..graph.identity import fill_identities
 from ..jobs.paths import rank_dirs, rank_others
 from ..report.compile_log import Entry
 from ..report.flight_records import FlightInfo, Trigger, flight_from_json
-from ..report.records import CompileEvent, GraphPlan, RunInfo, from_json
+from ..report.records import CompileEvent, GraphPlan, KernelCount, RunInfo, from_json
 from .files import read_regular as _read_regular
 from .files import what_is
 from .storage import FORMAT, READS, save
@@ -89,6 +89,11 @@ class Recording:
     def plans(self) -> list[GraphPlan]:
         """The graphs superstep instrumented, with every probe and stop point by node."""
         return [e for e in self.compile if isinstance(e, GraphPlan)]
+
+    @property
+    def kernel_counts(self) -> list[KernelCount]:
+        """Per probed graph, the kernels Inductor generated with the probes (and without, when measured)."""
+        return [e for e in self.compile if isinstance(e, KernelCount)]
 
     def all(self) -> list[Snapshot]:
         return list(self._snaps)
@@ -190,7 +195,7 @@ def _run(file: Path, problems: list[str]) -> RunInfo | None:
 
 
 def _compile(file: Path, problems: list[str]):
-    kinds: dict[str, type] = {"event": CompileEvent, "graph": GraphPlan}
+    kinds: dict[str, type] = {"event": CompileEvent, "graph": GraphPlan, "kernels": KernelCount}
     for number, raw in _lines(file, problems):
         kind = kinds.get(raw.get("type")) if isinstance(raw, dict) else None
         if kind is None:
