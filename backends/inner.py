@@ -40,9 +40,11 @@ def compile_plain(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], inner
 
 def compile_hooked(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], inner: str | Callable[..., Any],
                    *, mode: str | None,
-                   rewrite: Callable[[torch.fx.GraphModule, bool], torch.fx.GraphModule]) -> Callable[..., Any]:
+                   rewrite: Callable[[torch.fx.GraphModule, bool], torch.fx.GraphModule],
+                   around: Callable[[torch.fx.GraphModule, bool], Any] | None = None) -> Callable[..., Any]:
+    """`around(graph, is_backward)`: a context manager around Inductor's compile of each partitioned graph."""
     if inner == "inductor":
-        return _compat.inductor_with_graph_hooks(gm, example_inputs, mode=mode, rewrite=rewrite)
+        return _compat.inductor_with_graph_hooks(gm, example_inputs, mode=mode, rewrite=rewrite, around=around)
     if inner == "aot_eager":
         return _compat.aot_eager_with_graph_hooks(gm, example_inputs, rewrite=rewrite)
     return compile_plain(gm, example_inputs, inner, mode=mode)

@@ -34,7 +34,7 @@ from dynstep.report import plans
 from dynstep.report.compile_log import COMPILE_LOG
 
 from . import inner as inner_mod
-from . import pause_pass, probe_pass
+from . import pause_pass, probe_pass, stats_pass
 
 
 def superstep_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
@@ -109,6 +109,11 @@ def _kernel_provenance(opts: Options) -> contextlib.AbstractContextManager[None]
 def _compile_instrumented(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
     graph_id = gi.graph_id(gm, _compat.current_compile_id())
     COMPILE_LOG.set_handle(graph_id, _compat.trace_handle())   # where its run-time artifacts go
+    if pause_pass.wants_pauses(opts) or opts.nan == "stop":    # `code STAGE` at its stops (dynstep.stages)
+        from dynstep.stages.capture import STAGES
+
+        STAGES.keep(_compat.current_compile_id(), lambda: gm.print_readable(print_output=False),
+                    graph_id.rpartition("[")[0])
     mark = plans.sites_so_far()
     compiled = _instrumented(gm, example_inputs, opts, graph_id)
     _publish_plan(gm, graph_id, opts, mark)
@@ -207,8 +212,11 @@ def _compile_probed(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
                                         rewrite=lambda g, is_backward: probe_pass.direct_probe_calls(
                                             rewrite(g, is_backward=is_backward)))
+    lowering = stats_pass.Lowering(graph_id)   # summary probes computed inside Inductor's kernels
     compiled = inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
-                                        rewrite=lambda g, is_backward: rewrite(g, is_backward=is_backward))
+                                        rewrite=lambda g, is_backward: lowering.rewrite(
+                                            rewrite(g, is_backward=is_backward), is_backward),
+                                        around=lowering.around)
     return _checked_after_replay(compiled, sites, opts, example_inputs)
 
 

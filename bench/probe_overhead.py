@@ -1,8 +1,9 @@
 """What probes cost under CPU Inductor, each figure against a baseline taken in the same run.
 
-    python bench/probe_overhead.py               # every part (about five minutes on 2 cores)
+    python bench/probe_overhead.py               # every part (about five minutes on 2 cores, and the
+                                                 # training part's compiles: about 15 more)
     python bench/probe_overhead.py --quick       # fewer rounds
-    python bench/probe_overhead.py --only model|kernel|record|calls|tokens [--json out.json]
+    python bench/probe_overhead.py --only model|kernel|training|record|calls|tokens [--json out.json]
 
 Parts (one torch thread throughout; timings are medians of interleaved rounds):
   model   TinyGPT (4 layers) through superstep: plain torch.compile, superstep with no options,
@@ -10,11 +11,18 @@ Parts (one torch thread throughout; timings are medians of interleaved rounds):
   kernel  a graph of 8 elementwise ops with a probe after each, on 64 and 16 Mi float32 elements:
           unprobed, probes switched off, probe sites with no action (the op is still called),
           summary, record (probes placed in the code, each with its own Dynamo guards), and
-          summary probes placed by superstep's selectors instead, and no probe but the 8 values
+          summary probes placed by superstep's selectors instead (computed inside Inductor's kernels
+          at 16 Mi elements, backends/stats_pass.py; "superstep summary, extern": the same with
+          DYNSTEP_FUSED_STATS=0, each value handed to the probe op), and no probe but the 8 values
           returned as outputs (what materialising them costs); for three ways of running the probe, each in its own process with
           its own unprobed baseline: the Python kernel (DYNSTEP_NATIVE=0), the native kernel
           called as Inductor writes extern ops (DYNSTEP_FAST_PROBE=0), and the native kernel
           called directly from Inductor's wrapper (the default, dynstep/probe/fastpath.py).
+  training  a training step (forward + backward of a loss, no optimizer) of TinyGPT and of
+          HF GPT-2 built from a config, Inductor: plain torch.compile, and superstep with summary probes
+          on every node or on module outputs only, grads=True, fused (the default) and extern
+          (DYNSTEP_FUSED_STATS=0); for the fused ones, the kernels each probed graph got with and
+          without its probes (each of those graphs compiled twice: most of this part's time).
   record  one record hit on 16 Mi float32 against `dst.copy_(x)` of the same bytes.
   calls   where an eager probe call's time goes: torch.ops (Python -> dispatcher) vs the direct
           entry, with no action and with summary, against a Python no-op call.
@@ -28,6 +36,7 @@ Parts (one torch thread throughout; timings are medians of interleaved rounds):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -165,9 +174,14 @@ def part_kernel(quick: bool) -> dict:
         for actions in [(), ("summary",), ("record",)]:
             name = "+".join(actions) or "no action"
             compiled[name] = eight_ops(sites(actions), name)
-        # the same 8 probes placed by superstep (selectors) rather than by hand in the code
+        # the same 8 probes placed by superstep (selectors) rather than by hand in the code: fused into
+        # Inductor's kernels (values of FUSE_MIN_NUMEL elements or more), and each handed to the probe op
         compiled["superstep summary"] = eight_ops(None, "superstep", dynstep.superstep(
             inner="inductor", probe=["op:sin", "op:add"], actions=["summary"]))
+        with fused_stats(False):
+            compiled["superstep summary, extern"] = eight_ops(None, "superstep_extern", dynstep.superstep(
+                inner="inductor", probe=["op:sin", "op:add"], actions=["summary"]))
+            compiled["superstep summary, extern"](x)   # compiled now, while the switch is off
         # no probe, the 8 values returned instead: what it costs Inductor to materialise them
         compiled["values as outputs"] = torch.compile(fresh(eight_values, label), backend="inductor",
                                                       fullgraph=True)
@@ -175,12 +189,106 @@ def part_kernel(quick: bool) -> dict:
         # "probes off" (the summary function, switched off) right after its baseline in every round
         fns = {"unprobed": calls["unprobed"], "probes off": calls["summary"], **calls}
         if label == "large" and os.environ.get("DYNSTEP_NATIVE") == "0":
-            for k in ("summary", "superstep summary"):  # seconds per call; record shows the scale
+            for k in ("summary", "superstep summary, extern"):  # seconds per call; record shows the scale
                 fns.pop(k)
         with dynstep.session(summaries=4):
             med = interleaved(fns, rounds, iters, probes_off=frozenset({"probes off"}))
         out[label] = {k: v * 1e6 for k, v in med.items()}
     return out
+
+
+class fused_stats:
+    """DYNSTEP_FUSED_STATS for the compiles inside the block (read when superstep compiles a graph)."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+    def __enter__(self) -> None:
+        self.saved = os.environ.get("DYNSTEP_FUSED_STATS")
+        os.environ["DYNSTEP_FUSED_STATS"] = "1" if self.on else "0"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is None:
+            os.environ.pop("DYNSTEP_FUSED_STATS", None)
+        else:
+            os.environ["DYNSTEP_FUSED_STATS"] = self.saved
+
+
+# -- training: TinyGPT and HF GPT-2, forward + backward, probes on every node or on module outputs -----
+def tinygpt(quick: bool):
+    from dynstep.front.demo.model import make
+
+    dim, seq, batch = (64, 32, 2) if quick else (256, 128, 8)
+    model, _ = make(seed=0, dim=dim, seq=seq, layers=2 if quick else 4)
+    idx = torch.randint(0, model.tok.num_embeddings, (batch, seq))
+    return model, idx, ["module:blocks.*", "module:blocks.*.attn", "module:blocks.*.mlp"]
+
+
+def gpt2(quick: bool):
+    import transformers
+
+    dim, seq, batch = (64, 32, 2) if quick else (256, 128, 8)
+    cfg = transformers.GPT2Config(n_layer=2 if quick else 6, n_embd=dim, n_head=4, n_positions=seq, vocab_size=512,
+                                  bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    idx = torch.randint(0, 512, (batch, seq))
+    return model, idx, ["module:transformer.h.*", "module:transformer.h.*.attn", "module:transformer.h.*.mlp"]
+
+
+def logits_of(model, idx):
+    out = model(idx)
+    return out.logits if hasattr(out, "logits") else out
+
+
+def training_step(model, idx, backend, tag: str) -> Callable[[], None]:
+    import copy
+
+    m = copy.deepcopy(model)
+    forward = torch.compile(fresh(logits_of, tag), backend=backend)
+
+    def step() -> None:
+        m.zero_grad(set_to_none=True)
+        forward(m, idx).float().pow(2).mean().backward()
+
+    return step
+
+
+def part_training(quick: bool) -> dict:
+    import dynstep
+    from dynstep.backends import kernel_counts
+    from dynstep.report.compile_log import COMPILE_LOG
+    from dynstep.report.records import KernelCount, to_json
+
+    out = {}
+    for name, build in (("TinyGPT", tinygpt), ("GPT-2", gpt2)):
+        model, idx, modules = build(quick)
+        steps = {"plain": training_step(model, idx, "inductor", f"{name}_plain")}
+        counts: dict[str, list] = {}
+        for fused in (True, False):
+            for label, probe in (("every node", ["*"]), ("module outputs", modules)):
+                key = f"{label}{'' if fused else ', extern'}"
+                backend = dynstep.superstep(probe=probe, grads=True)
+                mark = COMPILE_LOG.mark()
+                measure = kernel_counts.measure() if fused else contextlib.nullcontext()   # each compile twice
+                with fused_stats(fused), measure:
+                    steps[key] = training_step(model, idx, backend, f"{name}_{key}")
+                    steps[key]()   # compiled (forward and backward) now, while the switch holds
+                counts[key] = to_json([e for e in COMPILE_LOG.entries()[mark:] if isinstance(e, KernelCount)])
+        with dynstep.session(summaries=4):
+            med = interleaved(steps, 5 if quick else 15, 2 if quick else 5)
+        out[name] = {"ms": {k: v * 1e3 for k, v in med.items()}, "kernels": counts, "shape": list(idx.shape)}
+    return out
+
+
+def print_training(res: dict) -> None:
+    for name, r in res.items():
+        ms = r["ms"]
+        print(f"\n[training] {name}, batch {r['shape'][0]} x {r['shape'][1]}, forward + backward, Inductor, grads=True")
+        for k, v in ms.items():
+            kernels = "; ".join(f"{c['phase']} {c['kernels']} kernels ({c['kernels'] - c['unprobed']:+d}), "
+                                f"{c['fused']} fused, {c['extern']} extern" for c in r["kernels"].get(k, []))
+            print(f"  {k:<24} {v:10.2f} ms  {v / ms['plain']:7.3f}x plain   {kernels}")
 
 
 def kernel_in_child(path: str, quick: bool) -> dict:
@@ -192,17 +300,17 @@ def kernel_in_child(path: str, quick: bool) -> dict:
 
 def print_kernel(by_path: dict) -> None:
     print(f"\n[kernel] {N_OPS} elementwise ops, a probe after each ({N_OPS} probes per call), Inductor")
-    print(f"{'size':<6} {'probe path':<14} {'variant':<17} {'call us':>12} {'us/probe':>10} {'ratio':>7}")
+    print(f"{'size':<6} {'probe path':<14} {'variant':<26} {'call us':>12} {'us/probe':>10} {'ratio':>7}")
     for label in ("small", "large"):
         for path, res in by_path.items():
             row = res[label]
             base = row["unprobed"]
             for k in ("unprobed", "probes off", "values as outputs", "no action", "summary", "record",
-                      "superstep summary"):
+                      "superstep summary", "superstep summary, extern"):
                 if k not in row:
                     continue
                 per = (row[k] - base) / N_OPS
-                print(f"{label:<6} {path:<14} {k:<17} {row[k]:12.1f} "
+                print(f"{label:<6} {path:<14} {k:<26} {row[k]:12.1f} "
                       f"{'' if k in ('unprobed', 'probes off') else f'{per:10.2f}':>10} {row[k] / base:7.3f}")
 
 
@@ -263,7 +371,7 @@ def part_tokens(quick: bool) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=("model", "kernel", "record", "calls", "tokens"))
+    ap.add_argument("--only", choices=("model", "kernel", "training", "record", "calls", "tokens"))
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--child-kernel", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -287,6 +395,9 @@ def main() -> None:
     if want("kernel"):
         results["kernel"] = {p: kernel_in_child(p, args.quick) for p in PATHS}
         print_kernel(results["kernel"])
+    if want("training"):
+        results["training"] = part_training(args.quick)
+        print_training(results["training"])
     if want("record"):
         rc = results["record"] = part_record(args.quick)
         print(f"\n[record] one 16 Mi float32 tensor ({rc['bytes'] >> 20} MiB): record {rc['record_ms']:.2f} ms, "

@@ -2,7 +2,7 @@
 # Compile the CUDA probe code with this machine's nvcc (syntax and type check; no GPU needed).
 #   csrc/check_nvcc.sh [python]      # python: the interpreter whose torch headers to use
 # 1. probe_cuda.cu on its own (CUDA runtime only);
-# 2. the torch glue probe_cuda_op.cpp and probe_cpu.cpp with DYNSTEP_WITH_CUDA (C++20, as torch 2.13), against torch's
+# 2. the torch glue probe_cuda_op.cpp, probe_cpu.cpp and probe_publish.cpp with DYNSTEP_WITH_CUDA (C++20, as torch 2.13), against torch's
 #    headers (a CPU torch wheel ships the c10/cuda and ATen/cuda headers this needs).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,7 +27,7 @@ if ! "$py" -c 'import os, sys; from torch.utils.cpp_extension import include_pat
   shim="-I$out/shim"
   echo "check_nvcc: CPU torch headers: using a stand-in c10/cuda/impl/cuda_cmake_macros.h"
 fi
-for src in cuda/probe_cuda_op.cpp probe_cpu.cpp; do
+for src in cuda/probe_cuda_op.cpp probe_cpu.cpp probe_publish.cpp; do
   # .cpp files go to the host compiler through nvcc, as torch's build does; -O0: a type check only.
   "$nvcc" -c -std=c++20 -O0 -arch="$arch" -DDYNSTEP_WITH_CUDA -DTORCH_EXTENSION_NAME=dynstep_native \
     -D_GLIBCXX_USE_CXX11_ABI="$abi" $inc $shim -I"$pyinc" -I"$here" "$here/$src" -o "$out/$(basename "$src").o"

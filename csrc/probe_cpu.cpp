@@ -371,6 +371,8 @@ void remove_native(int64_t site) {
 #endif
 }
 
+void add_publish(pybind11::module& m);  // csrc/probe_publish.cpp: dynstep::publish's callbacks and direct entry
+
 }  // namespace dynstep
 
 TORCH_LIBRARY_IMPL(dynstep, CPU, m) { m.impl("probe", &dynstep::probe_cpu); }
@@ -405,6 +407,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // __module__ set, so torch.fx can name it when a graph calls it (dynstep.backends.probe_pass.direct_probe_calls)
   m.add_object("probe", py::reinterpret_steal<py::object>(
                             PyCFunction_NewEx(&g_probe_def, nullptr, m.attr("__name__").ptr())));
+  add_publish(m);
   m.attr("ACTION_BITS") = py::dict(
       py::arg("summary") = int64_t(kSummary), py::arg("record") = int64_t(kRecord),
       py::arg("print") = int64_t(kPrint), py::arg("nan") = int64_t(kNan),

@@ -40,3 +40,11 @@ def cuda_replays(site: int) -> int: ...  # CUDA builds only
 # (live: allocated, not yet freed; retired: no owner left, not freed yet;
 #  ignored: host callbacks that found their site closed, since the process started)
 def cuda_payloads() -> tuple[int, int, int]: ...
+# dynstep::publish(stats, sites, shapes, ranks, dtypes) called directly (Inductor's Python wrapper, via
+# dynstep.fastpath): fused summary statistics, one ring hit per site (csrc/probe_publish.cpp).
+def publish(stats: list[torch.Tensor], sites: list[int], shapes: list[int], ranks: list[int],
+            dtypes: list[int]) -> None: ...
+# published(site, call, stats, shape, dtype code, device): a publish hit that must reach Python at once;
+# fallback: the Python kernel, for sites the native registry does not know.
+def set_publish_callbacks(published: Callable[[int, int, StatsTuple, tuple[int, ...], int, str], None],
+                          fallback: Callable[..., None]) -> None: ...

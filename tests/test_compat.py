@@ -250,3 +250,114 @@ def test_what_module_paths_read_from_dynamo():
     from torch._guards import TracingContext
 
     assert callable(DDPOptimizer.compile_fn) and hasattr(TracingContext(None), "fakify_first_call")
+
+
+def test_what_the_compile_time_prompt_reads():
+    """Issue 30: `p EXPR` at dynstep.breakpoint()'s compile-time stop (dynstep/_compat/dynamo.py)."""
+    seen = {}
+
+    def hook(ctx):
+        frame = _compat.comptime_frame(ctx)
+        seen["attempt"] = _compat.compile_attempt(frame.translator) is frame.translator.output
+        values = dict((n, _compat.python_value(v)) for n, v in frame.locals)
+        seen["values"] = {n: type(v).__name__ for n, (ok, v) in values.items() if ok}
+        scope = _compat.compile_scope(ctx, frame)
+        seen["graph"] = [n.name for n in scope["graph"].nodes]
+        seen["ctx"] = tuple(scope["ctx"].get_local("y").as_fake().shape)
+        env = frame.translator.output.shape_env
+        before = len(env.guards)
+        with _compat.guards_suppressed(frame.translator):
+            bool(values["y"][1].shape[0] > 1)
+        seen["guards_added"] = len(env.guards) - before
+
+    comptime = _compat.comptime()
+
+    def helper():
+        comptime(hook)
+
+    def f(x, k):
+        y = x * k
+        name = "proj"
+        helper()
+        return y
+
+    torch.compile(f, backend="eager", dynamic=True, fullgraph=True)(torch.ones(3), 2.0)
+    assert seen["attempt"] and seen["values"]["y"] == "FakeTensor" and seen["values"]["name"] == "str"
+    assert "y" in seen["graph"] and len(seen["ctx"]) == 1 and seen["guards_added"] == 0
+
+
+def test_what_the_bytecode_stepper_stages_and_hints_read():
+    """Issue 30: compile callbacks (no tracing while compiling), a code object's compile id, pausing
+    Dynamo's frame callback at a stop, fresh compiles for --dump, Dynamo's graph-break registry, and
+    Inductor's output-code record naming its wrapper module."""
+    import sys
+
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback
+
+    seen: list[str] = []
+    with _compat.compile_callbacks(lambda: seen.append("start"), lambda: seen.append("end")):
+        torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+    assert seen[:2] == ["start", "end"]
+    codes = _compat.dynamo_output_codes()
+    assert codes and _compat.compile_id_of(codes[-1]) == "0/0"
+    before = get_eval_frame_callback()
+    with _compat.dynamo_paused():
+        assert get_eval_frame_callback() is None
+    assert get_eval_frame_callback() is before
+    with _compat.fresh_compiles():
+        assert inductor_config.fx_graph_cache is False and functorch_config.enable_autograd_cache is False
+    gb = _compat.graph_break_type("Unsupported Tensor.item() call with capture_scalar_outputs=False")
+    assert gb is not None and gb.gb_id == "GB0124" and gb.hints and gb.url.endswith("gb0124.html")
+    records = []
+    with _compat.listening(records.append):
+        with _compat.fresh_compiles():
+            torch.compile(lambda x: x.sin() * 2)(torch.ones(3))
+    (code,) = [r for r in records if r.kind == "inductor_output_code"]
+    assert code.path.endswith(".py") and "def call(" in code.payload
+    kinds = {r.kind for r in records} | {r.name for r in records}
+    assert {"dynamo_output_graph", "aot_inference_graph", "inductor_post_grad_graph"} <= kinds, kinds
+    assert sys.version_info >= (3, 11)
+
+
+def test_inductor_pieces_the_fused_statistics_rely_on():
+    """dynstep/_compat/fusion.py and the compile hooks backends/stats_pass.py uses, on the installed torch."""
+    import torch._inductor.config as config
+    from torch._guards import TracingContext
+    from torch._inductor.output_code import CompiledFxGraph
+    from torch._inductor.utils import BoxedBool
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    with mode:
+        fake = torch.empty(3)
+    assert _compat.fake_mode_of([fake]) is mode and _compat.fake_mode_of([]) is None
+    with _compat.in_fake_mode(mode):
+        assert _compat.is_fake(torch.empty(2))
+    before = (config.max_fusion_size, config.cpp.max_horizontal_fusion_size)
+    with _compat.fusion_limits(40):
+        assert config.max_fusion_size >= 104 and config.cpp.max_horizontal_fusion_size >= 56
+    assert (config.max_fusion_size, config.cpp.max_horizontal_fusion_size) == before
+    assert "output_strides" in TracingContext(None).__dict__ and bool(BoxedBool(True))
+    assert "source_code" in CompiledFxGraph.__dataclass_fields__ or hasattr(CompiledFxGraph, "source_code")
+    seen = []
+
+    def around(gm, is_backward):
+        import contextlib
+
+        @contextlib.contextmanager
+        def slot():
+            box = type("Slot", (), {"compiled": None, "compile_other": None})()
+            yield box
+            seen.append((is_backward, _compat.kernel_count(box.compiled), box.compile_other is not None))
+        return slot()
+
+    compiled = _compat.inductor_with_graph_hooks(*_traced(lambda x: torch.sin(x) + 1, torch.randn(8)), mode=None,
+                                                 rewrite=lambda gm, is_backward: gm, around=around)
+    assert compiled is not None and seen == [(False, 1, True)]
+
+
+def _traced(fn, *args):
+    gm = torch.fx.symbolic_trace(fn)
+    return gm, list(args)

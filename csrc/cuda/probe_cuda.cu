@@ -179,6 +179,48 @@ __global__ void stats_final(const DevAcc* partials, int blocks, DevAcc* out, con
   }
 }
 
+// -- fused summaries: the statistics are already reduced (by Inductor's kernels); fold and publish ---
+constexpr int kFusedBatch = 16;  // hits per launch: the kernel's parameters stay far below 4 KiB
+
+struct FusedSite {
+  const double* sum;
+  const double* sumsq;
+  const void* min;               // in the value's dtype (the launch's T)
+  const void* max;
+  const long long* nan;          // int64 counts, or nullptr for a dtype without NaN/Inf
+  const long long* bad;
+  long long numel;
+  RingHeader* head;
+  RingSlot* slots;
+  unsigned long long capacity;
+};
+
+struct FusedBatch {
+  FusedSite site[kFusedBatch];
+  int n;
+};
+
+// One thread publishes the batch in order, so the device sequence numbers follow graph order.
+template <typename T>
+__global__ void publish_fused(FusedBatch b) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  for (int i = 0; i < b.n; ++i) {
+    const FusedSite& s = b.site[i];
+    DevAcc a = dev_empty();
+    a.sum = *s.sum;
+    a.sumsq = *s.sumsq;
+    a.min = to_double(*static_cast<const T*>(s.min));
+    a.max = to_double(*static_cast<const T*>(s.max));
+    a.absmax = fmax(fabs(a.min), fabs(a.max));
+    const long long bad = s.bad != nullptr ? *s.bad : 0;
+    const long long nan = s.nan != nullptr ? *s.nan : 0;
+    a.nan = static_cast<unsigned long long>(nan);
+    a.inf = static_cast<unsigned long long>(bad - nan);
+    a.count = static_cast<unsigned long long>(s.numel - bad);
+    publish(a, 0.0, s.head, s.slots, s.capacity);
+  }
+}
+
 // What the host callback reads: device-reduced stats (summary) and the shift they used.
 struct HostStats {
   DevAcc acc;
@@ -515,6 +557,7 @@ static void destroy(Payload* p) {
   int previous = -1;
   if (cudaGetDevice(&previous) == cudaSuccess && previous != p->device) cudaSetDevice(p->device);
   if (p->d_partials) cudaFree(p->d_partials);  // synchronizes: the kernels that publish into the ring are done
+  else if (p->h_head) cudaDeviceSynchronize();  // a fused payload: its publish kernels are done too
   if (p->d_shift) cudaFree(p->d_shift);
   if (p->h_head) {
     std::lock_guard<std::mutex> g(harvest_mu());
@@ -582,14 +625,17 @@ cudaError_t prepare(int64_t site, int dtype, const int64_t* shape, int ndim, int
   long long want = (numel + kThreads - 1) / kThreads;
   p->blocks = static_cast<int>(want < 1 ? 1 : (want > 1024 ? 1024 : want));
   if ((err = cudaGetDevice(&p->device)) != cudaSuccess) goto done;
-  if ((err = cudaMalloc(&p->d_partials, sizeof(DevAcc) * (p->blocks + 1))) != cudaSuccess) goto done;
-  if ((err = cudaMalloc(&p->d_shift, sizeof(double))) != cudaSuccess) goto done;
-  if ((err = cudaHostAlloc(reinterpret_cast<void**>(&p->h_stats), sizeof(HostStats), cudaHostAllocDefault)) != cudaSuccess)
-    goto done;
-  if (mode != kModeSummary && p->nbytes > 0 &&
+  if (mode != kModeFused) {  // a fused payload only publishes what Inductor's kernels reduced
+    if ((err = cudaMalloc(&p->d_partials, sizeof(DevAcc) * (p->blocks + 1))) != cudaSuccess) goto done;
+    if ((err = cudaMalloc(&p->d_shift, sizeof(double))) != cudaSuccess) goto done;
+    if ((err = cudaHostAlloc(reinterpret_cast<void**>(&p->h_stats), sizeof(HostStats), cudaHostAllocDefault)) !=
+        cudaSuccess)
+      goto done;
+  }
+  if ((mode == kModeRecord || mode == kModeFullCopy) && p->nbytes > 0 &&
       (err = cudaHostAlloc(&p->h_copy, static_cast<size_t>(p->nbytes), cudaHostAllocDefault)) != cudaSuccess)
     goto done;
-  if (mode == kModeSummary) {
+  if (mode == kModeSummary || mode == kModeFused) {
     p->ring_capacity = ring_capacity < 1 ? 1 : (ring_capacity > kMaxRing ? kMaxRing : ring_capacity);
     size_t bytes = sizeof(RingHeader) + sizeof(RingSlot) * static_cast<size_t>(p->ring_capacity);
     void* mapped = nullptr;
@@ -630,6 +676,41 @@ cudaError_t enqueue(Payload& p, const void* device_ptr, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
   }
   return cudaLaunchHostFunc(stream, on_host, &p);
+}
+
+// Hits of one value dtype, in batches (stream order keeps the batches in order).
+static cudaError_t enqueue_fused_run(const FusedHit* hits, int n, cudaStream_t stream) {
+  for (int at = 0; at < n; at += kFusedBatch) {
+    FusedBatch b{};
+    b.n = std::min(kFusedBatch, n - at);
+    for (int i = 0; i < b.n; ++i) {
+      const FusedHit& h = hits[at + i];
+      b.site[i] = FusedSite{static_cast<const double*>(h.sum), static_cast<const double*>(h.sumsq), h.min, h.max,
+                            static_cast<const long long*>(h.nan), static_cast<const long long*>(h.bad),
+                            h.payload->numel, h.payload->d_head, h.payload->d_slots,
+                            static_cast<unsigned long long>(h.payload->ring_capacity)};
+    }
+    cudaError_t err = dispatch_dtype(
+        hits[at].value_dtype,
+        [&](auto tag) {
+          publish_fused<typename decltype(tag)::type><<<1, 32, 0, stream>>>(b);
+          return cudaGetLastError();
+        },
+        [] { return cudaErrorInvalidValue; });
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t enqueue_fused(const FusedHit* hits, int n, cudaStream_t stream) {
+  int start = 0;
+  for (int i = 1; i <= n; ++i) {
+    if (i < n && hits[i].value_dtype == hits[start].value_dtype) continue;
+    cudaError_t err = enqueue_fused_run(hits + start, i - start, stream);
+    if (err != cudaSuccess) return err;
+    start = i;
+  }
+  return cudaSuccess;
 }
 
 int64_t replays(const Payload& p) { return p.replays.load(); }

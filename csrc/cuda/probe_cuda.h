@@ -32,6 +32,7 @@ enum Mode : int {
   kModeSummary = 0,   // device stats only, published by the kernel into a mapped ring: no host callback
   kModeRecord = 1,    // device stats + the whole tensor into pinned staging
   kModeFullCopy = 2,  // the whole tensor, stats on the host (what a copy-everything probe does)
+  kModeFused = 3,     // stats Inductor's kernels computed (dynstep::publish): the mapped ring only
 };
 
 struct Payload;
@@ -53,6 +54,24 @@ cudaError_t capture_of(cudaStream_t stream, Capture* out);
 cudaError_t prepare(int64_t site, int dtype, const int64_t* shape, int ndim, int64_t numel, int64_t element_size,
                     int mode, int64_t ring_capacity, cudaStream_t capturing_stream, std::shared_ptr<Payload>* out);
 cudaError_t enqueue(Payload& p, const void* device_ptr, cudaStream_t stream);
+
+// One fused summary (dynstep::publish): the device addresses of the statistics Inductor's kernels
+// wrote for a value — float64 sum and sum of squares, min and max in the value's dtype
+// (`value_dtype`, uint8 for bool), int64 NaN and non-finite counts (nullptr for integer values) —
+// and the kModeFused payload of its site. enqueue_fused publishes every hit into its payload's mapped
+// ring from one thread of a small kernel per 16 hits of a dtype, in order: capturable, no host
+// callback, no copy.
+struct FusedHit {
+  Payload* payload = nullptr;
+  const void* sum = nullptr;
+  const void* sumsq = nullptr;
+  const void* min = nullptr;
+  const void* max = nullptr;
+  const void* nan = nullptr;
+  const void* bad = nullptr;
+  int value_dtype = kFloat;
+};
+cudaError_t enqueue_fused(const FusedHit* hits, int n, cudaStream_t stream);
 int64_t replays(const Payload& p);
 
 // Moves the hits stats-only payloads have published since the last harvest into their sites'

@@ -30,6 +30,8 @@
 namespace dynstep {
 
 void python_fallback(const at::Tensor& x, int64_t site);  // probe_cpu.cpp
+void publish_python(const std::vector<at::Tensor>& stats, at::IntArrayRef sites, c10::SymIntArrayRef shapes,
+                    at::IntArrayRef ranks, at::IntArrayRef dtypes);  // probe_publish.cpp
 bool native_dtype_supported(at::ScalarType t);            // probe_cpu.cpp
 void collect_cuda();
 
@@ -55,10 +57,22 @@ std::map<Key, Held>& table() {
   return *t;
 }
 
-std::shared_ptr<cuda::Payload> payload_for(const std::shared_ptr<SiteState>& s, const at::Tensor& x, int mode,
+// What a payload is made for: a value's shape, dtype and device, or a tensor's.
+struct Value {
+  std::vector<int64_t> shape;
+  int dtype;
+  int64_t numel, element_size;
+  int device;
+};
+
+Value value_of(const at::Tensor& x) {
+  return Value{x.sizes().vec(), static_cast<int>(x.scalar_type()), x.numel(), static_cast<int64_t>(x.element_size()),
+               static_cast<int>(x.get_device())};
+}
+
+std::shared_ptr<cuda::Payload> payload_for(const std::shared_ptr<SiteState>& s, const Value& v, int mode,
                                            cudaStream_t stream, const cuda::Capture& capture) {
-  Key key{s->id, x.sizes().vec(), static_cast<int>(x.scalar_type()), mode, capture.active ? capture.id : 0,
-          static_cast<int>(x.get_device())};
+  Key key{s->id, v.shape, v.dtype, mode, capture.active ? capture.id : 0, v.device};
   std::lock_guard<std::mutex> g(table_mu());
   if (s->closed.load()) return nullptr;  // closed since this hit looked it up: keep nothing for it
   auto it = table().find(key);
@@ -66,10 +80,8 @@ std::shared_ptr<cuda::Payload> payload_for(const std::shared_ptr<SiteState>& s, 
     if (auto p = it->second.get()) return p;
   }
   std::shared_ptr<cuda::Payload> p;
-  auto shape = x.sizes().vec();
-  C10_CUDA_CHECK(cuda::prepare(s->id, static_cast<int>(x.scalar_type()), shape.data(), static_cast<int>(shape.size()),
-                               x.numel(), x.element_size(), mode, s->capacity, capture.active ? stream : nullptr,
-                               &p));
+  C10_CUDA_CHECK(cuda::prepare(s->id, v.dtype, v.shape.data(), static_cast<int>(v.shape.size()), v.numel,
+                               v.element_size, mode, s->capacity, capture.active ? stream : nullptr, &p));
   table()[key] = capture.active ? Held{nullptr, p} : Held{p, {}};
   return p;
 }
@@ -109,8 +121,69 @@ void probe_cuda(const at::Tensor& x_in, int64_t site) {
   }
   // compare needs the values on the host: it rides on the record copy
   const int mode = (a & (kRecord | kCompare)) ? cuda::kModeRecord : cuda::kModeSummary;
-  std::shared_ptr<cuda::Payload> p = payload_for(sp, x, mode, stream, capture);
+  std::shared_ptr<cuda::Payload> p = payload_for(sp, value_of(x), mode, stream, capture);
   if (p) C10_CUDA_CHECK(cuda::enqueue(*p, x.const_data_ptr(), stream));
+}
+
+int64_t parts_of(int64_t code) { return (code == 5 || code == 6 || code == 7 || code == 15) ? 6 : 4; }
+
+int64_t element_size_of(int64_t code) {
+  switch (code) {
+    case 7: case 4: return 8;
+    case 6: case 3: return 4;
+    case 5: case 15: case 2: return 2;
+    default: return 1;
+  }
+}
+
+// A site's statistics as the device kernel reads them (backends/stats_pass.py makes the sums float64 and
+// the counts int64 on CUDA; min and max keep the value's dtype).
+cuda::FusedHit fused_hit(cuda::Payload* p, const at::Tensor* parts, int64_t n) {
+  TORCH_CHECK(parts[0].scalar_type() == at::kDouble && parts[1].scalar_type() == at::kDouble &&
+                  parts[2].scalar_type() == parts[3].scalar_type() &&
+                  (n == 4 || (parts[4].scalar_type() == at::kLong && parts[5].scalar_type() == at::kLong)),
+              "dynstep::publish on CUDA: expected float64 sums, min/max of one dtype and int64 counts");
+  cuda::FusedHit h;
+  h.payload = p;
+  h.sum = parts[0].const_data_ptr();
+  h.sumsq = parts[1].const_data_ptr();
+  h.min = parts[2].const_data_ptr();
+  h.max = parts[3].const_data_ptr();
+  h.nan = n == 6 ? parts[4].const_data_ptr() : nullptr;
+  h.bad = n == 6 ? parts[5].const_data_ptr() : nullptr;
+  h.value_dtype = static_cast<int>(parts[2].scalar_type());
+  return h;
+}
+
+// dynstep::publish on CUDA: the statistics Inductor's kernels left on the device, published into each
+// site's mapped ring by a small kernel (capturable; under CUDA graphs the addresses are the graph's).
+void publish_cuda(at::TensorList stats, at::IntArrayRef sites, c10::SymIntArrayRef shapes, at::IntArrayRef ranks,
+                  at::IntArrayRef dtypes) {
+  c10::cuda::CUDAGuard guard(stats[0].device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  cuda::Capture capture;
+  C10_CUDA_CHECK(cuda::capture_of(stream, &capture));
+  if (!capture.active) collect_cuda();
+  std::vector<std::shared_ptr<cuda::Payload>> held;  // alive until the launch is enqueued
+  std::vector<cuda::FusedHit> hits;
+  size_t part = 0, dim = 0;
+  for (size_t i = 0; i < sites.size(); ++i) {
+    Value v{{}, static_cast<int>(dtypes[i]), 1, element_size_of(dtypes[i]), static_cast<int>(stats[0].get_device())};
+    for (int64_t k = 0; k < ranks[i]; ++k) v.shape.push_back(shapes[dim + k].expect_int());
+    for (int64_t d : v.shape) v.numel *= d;
+    dim += static_cast<size_t>(ranks[i]);
+    const size_t first = part;
+    part += static_cast<size_t>(parts_of(dtypes[i]));
+    auto sp = Registry::get().find(sites[i]);
+    if (!sp || sp->closed.load()) continue;
+    if (!capture.active && (sp->actions.load() & (kPrint | kNan | kPythonHit | kCompare)))
+      return publish_python(stats.vec(), sites, shapes, ranks, dtypes);  // eager: Python takes the batch
+    std::shared_ptr<cuda::Payload> p = payload_for(sp, v, cuda::kModeFused, stream, capture);
+    if (!p) continue;
+    hits.push_back(fused_hit(p.get(), stats.data() + first, parts_of(dtypes[i])));
+    held.push_back(std::move(p));
+  }
+  if (!hits.empty()) C10_CUDA_CHECK(cuda::enqueue_fused(hits.data(), static_cast<int>(hits.size()), stream));
 }
 
 }  // namespace
@@ -165,4 +238,7 @@ std::tuple<int64_t, int64_t, int64_t> cuda_payloads() {
 
 }  // namespace dynstep
 
-TORCH_LIBRARY_IMPL(dynstep, CUDA, m) { m.impl("probe", &dynstep::probe_cuda); }
+TORCH_LIBRARY_IMPL(dynstep, CUDA, m) {
+  m.impl("probe", &dynstep::probe_cuda);
+  m.impl("publish", &dynstep::publish_cuda);
+}

@@ -24,17 +24,50 @@ def inductor_plain(mode: str | None) -> Callable[..., Any]:
 
 def inductor_with_graph_hooks(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
                               mode: str | None,
-                              rewrite: Callable[[torch.fx.GraphModule, bool], torch.fx.GraphModule]):
+                              rewrite: Callable[[torch.fx.GraphModule, bool], torch.fx.GraphModule],
+                              around: Callable[[torch.fx.GraphModule, bool], Any] | None = None):
     # torch/_inductor/compile_fx.py: compile_fx(inner_compile=...) calls inner_compile once per
     # partitioned graph with is_backward=True for the backward graph (after partitioning).
+    # `around(graph, is_backward)`, if given, is a context manager entered around Inductor's compile of
+    # the rewritten graph (config patches); it may read the compiled graph through its `compiled` slot.
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     def inner_compile(graph: torch.fx.GraphModule, inputs: Sequence[Any], *args: Any, **kwargs: Any):
-        graph = rewrite(graph, bool(kwargs.get("is_backward", False)))
-        return compile_fx_inner(graph, inputs, *args, **kwargs)
+        is_backward = bool(kwargs.get("is_backward", False))
+        graph = rewrite(graph, is_backward)
+        if around is None:
+            return compile_fx_inner(graph, inputs, *args, **kwargs)
+        with around(graph, is_backward) as slot:
+            compiled = compile_fx_inner(graph, inputs, *args, **kwargs)
+            if slot is not None:
+                slot.compiled = compiled
+                slot.compile_other = lambda other: _compile_aside(other, inputs, kwargs)
+        return compiled
 
     return compile_fx(gm, example_inputs, inner_compile=inner_compile,
                       config_patches=inductor_config_for_mode(mode))
+
+
+def _compile_aside(graph: torch.fx.GraphModule, inputs: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    # torch/_inductor/compile_fx.py: compile_fx_inner(gm, example_inputs, **graph_kwargs); a second graph
+    # compiled for comparison only (never run): its own cudagraphs flag, so it cannot turn CUDA graphs
+    # off for the graph that runs (torch/_inductor/utils.py: BoxedBool).
+    # torch/_guards.py: TracingContext.output_strides is filled once per compile by post_compile
+    # (torch/_inductor/utils.py: set_tracing_context_output_strides); the graph that runs keeps its own.
+    from torch._guards import TracingContext
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.utils import BoxedBool
+
+    aside = {k: v for k, v in kwargs.items() if k in ("is_backward", "is_inference", "static_input_idxs", "graph_id")}
+    context = TracingContext.try_get()
+    saved = context.output_strides if context is not None else None
+    if saved is not None:
+        context.output_strides = []
+    try:
+        return compile_fx_inner(graph, list(inputs), cudagraphs=BoxedBool(False), **aside)
+    finally:
+        if saved is not None:
+            context.output_strides = saved
 
 
 def aot_eager_with_graph_hooks(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,

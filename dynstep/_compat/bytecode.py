@@ -9,8 +9,10 @@ such code object runs) and, on every torch dynstep supports, Dynamo's bytecode h
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -62,9 +64,13 @@ def register_dynamo_bytecode_hook(fn: Callable[[Any], None]) -> Any:
     from torch._dynamo.convert_frame import register_bytecode_hook
 
     def hook(code: Any, new_code: Any) -> None:
+        _originals[new_code] = code      # orig_code_map gets it only after the hooks ran
         fn(new_code)
 
     return register_bytecode_hook(hook)
+
+
+_originals: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 def dynamo_output_codes() -> list[Any]:
@@ -90,7 +96,7 @@ def original_code(code: Any) -> Any:
     # torch/_dynamo/convert_frame.py when it builds the transformed code.
     from torch._dynamo.utils import orig_code_map
 
-    return orig_code_map.get(code)
+    return orig_code_map.get(code) or _originals.get(code)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,3 +140,38 @@ def recompile_reasons(code: Any) -> list[str]:
     from torch._dynamo.utils import guard_failures
 
     return [str(r) for r in guard_failures.get(code, [])]
+
+
+@contextlib.contextmanager
+def compile_callbacks(on_start: Callable[[], None], on_end: Callable[[], None]) -> Iterator[None]:
+    """`on_start()` when torch starts compiling, `on_end()` when it is done, while the block is open."""
+    # torch/_dynamo/callback.py: callback_handler runs its start callbacks when the outermost compile
+    # begins and its end callbacks when it ends (install_callbacks counts nested ones): a frame's Dynamo
+    # compile (torch/_dynamo/convert_frame.py, with its backend's AOTAutograd and Inductor work),
+    # AOTAutograd's lazy backward compile (torch/_functorch/_aot_autograd/runtime_wrappers.py) and
+    # CUDA-graph recording (torch/_inductor/cudagraph_trees.py).
+    from torch._dynamo.callback import callback_handler
+
+    def start(args: Any) -> None:
+        on_start()
+
+    def end(args: Any) -> None:
+        on_end()
+
+    callback_handler.register_start_callback(start)
+    callback_handler.register_end_callback(end)
+    try:
+        yield
+    finally:
+        callback_handler.remove_start_callback(start)
+        callback_handler.remove_end_callback(end)
+
+
+def compile_id_of(code: Any) -> str:
+    """The compile id ("0/1") of a code object Dynamo produced, while it is in Dynamo's cache ("" otherwise)."""
+    # torch/_dynamo/eval_frame.py: _debug_get_cache_entry_list(original code) -> CacheEntry objects, each
+    # with .code (the transformed code) and .compile_id (torch/csrc/dynamo/cache_entry.h)
+    original = original_code(code)
+    if original is None:
+        return ""
+    return next((str(e.compile_id) for e in cache_entries(original) if e.code is code), "")

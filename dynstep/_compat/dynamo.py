@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -129,6 +129,13 @@ def comptime_local(ctx: Any, name: str) -> Any:
     return ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
 
 
+def compile_attempt(tx: Any) -> Any:
+    # torch/_dynamo/symbolic_convert.py: every translator of one compile attempt (inlined frames too)
+    # shares the root's OutputGraph (torch/_dynamo/output_graph.py), made anew for each attempt; compile
+    # ids restart after torch._dynamo.reset(), this object does not. Opaque: a key, weakly held.
+    return tx.output
+
+
 def recompile_reason() -> str | None:
     # torch/_dynamo/convert_frame.py puts the guard failure behind a recompile in the metrics context
     from torch._dynamo.utils import get_metrics_context
@@ -183,6 +190,56 @@ def comptime_frame(ctx: Any) -> TraceFrame:
                       graph_src=ctx.graph().python_code("self").src, translator=tx)
 
 
+def python_value(var: Any) -> tuple[bool, Any]:
+    """(True, what `p` shows for a symbolic local) or (False, None): a tensor's FakeTensor, a SymInt,
+    a constant's value, a list/tuple of those, a module or user object as itself."""
+    # torch/_dynamo/variables/: TensorVariable (fake_of), SymNodeVariable.sym_num, ConstantVariable,
+    # BaseListVariable.items, NNModuleVariable (.module_key into tx.output), UnspecializedNNModuleVariable
+    # and UserDefinedObjectVariable (.value, the real object)
+    var = realize(var)
+    if is_tensor_variable(var):
+        fake = fake_of(var)
+        return fake is not None, fake
+    ok, value = python_constant(var)
+    if ok:
+        return True, value
+    sym = symbolic_value(var)
+    if sym is not None:
+        return True, sym
+    items = getattr(var, "items", None)
+    if isinstance(items, list):
+        values = [python_value(v) for v in items]
+        if all(ok for ok, _ in values):
+            made = [v for _, v in values]
+            return True, tuple(made) if type(var).__name__ == "TupleVariable" else made
+    value = getattr(var, "value", None)
+    return (value is not None), value
+
+
+def compile_scope(ctx: Any, frame: TraceFrame) -> dict[str, Any]:
+    """What an expression at a comptime stop can name besides the locals: `graph` (a copy of the FX
+    graph so far: reading it never changes Dynamo's), `shape_guards` (sympy expressions) and `ctx`."""
+    # torch/_dynamo/comptime.py: ComptimeContext(tx) is what comptime hands its function, for the
+    # frame `tx`; the user's `ctx` is the one for their frame (the caller of dynstep.breakpoint)
+    import torch.fx
+    from torch._dynamo.comptime import ComptimeContext
+
+    graph = torch.fx.Graph()
+    graph.graph_copy(ctx.graph(), {})
+    env = getattr(frame.translator.output, "shape_env", None)
+    exprs = tuple(g.expr for g in getattr(env, "guards", [])) if env is not None else ()
+    return {"graph": graph, "shape_guards": exprs, "ctx": ComptimeContext(frame.translator.parent)}
+
+
+@contextlib.contextmanager
+def guards_suppressed(tx: Any) -> Iterator[None]:
+    # torch/fx/experimental/symbolic_shapes.py: ShapeEnv.suppress_guards() lets an expression compare
+    # symbolic sizes (h.shape[0] > 2) without adding a guard to the graph being compiled
+    env = getattr(tx.output, "shape_env", None)
+    with env.suppress_guards() if env is not None else contextlib.nullcontext():
+        yield
+
+
 def _guard_kind(guard: Any) -> str:
     # torch/_guards.py: Guard.create_fn is a GuardBuilder method (or a functools.partial of one)
     fn = getattr(guard, "create_fn", None)
@@ -235,6 +292,23 @@ def wrap_dynamo_compiler(wrap: Callable[[Callable[..., Any]], Callable[..., Any]
             OutputGraph._call_user_compiler = original
 
     return patched()
+
+
+@contextlib.contextmanager
+def dynamo_paused() -> Iterator[None]:
+    """Frames run as plain CPython inside the block (a debugger's stop inside Dynamo-produced code,
+    where Dynamo's frame callback would compile every function the debugger calls)."""
+    # torch/_C/_dynamo/eval_frame.pyi: set_eval_frame(callback) sets this thread's frame callback and
+    # returns the one it replaced; None turns it off. The exact previous value is put back:
+    # torch.compiler.disable's exit re-derives it from the stance (torch/_dynamo/eval_frame.py,
+    # _callback_from_stance), which turned a stop's later calls into compiles.
+    from torch._C._dynamo.eval_frame import set_eval_frame
+
+    prior = set_eval_frame(None)
+    try:
+        yield
+    finally:
+        set_eval_frame(prior)
 
 
 def guard_module_constant(module: str, attribute: str) -> bool:

@@ -33,6 +33,7 @@ class TraceRecord:
     name: str                 # the artifact's name ("" for other kinds)
     payload: str
     stack: tuple[tuple[str, int, str], ...] = ()   # dynamo_start: (file, line, function), outermost first
+    path: str = ""            # inductor_output_code: the wrapper module the code was written to
 
 
 class _Listener(logging.Handler):
@@ -68,8 +69,13 @@ class _Listener(logging.Handler):
             stack = tuple((self._file(f.get("filename")), int(f.get("line") or 0), str(f.get("name", "")))
                           for f in meta[kind].get("stack") or [] if isinstance(f, dict))
         payload = getattr(record, "payload", None)
+        # torch/_inductor/graph.py (and codecache.py on a cache hit): {"inductor_output_code": {"filename",
+        # "file_path"}}
+        where = meta.get(kind) if isinstance(meta.get(kind), dict) else {}
+        path = where.get("file_path") or where.get("filename") or ""
         return TraceRecord(kind=kind, compile_id=_compile_id(meta), name=str(name),
-                           payload=payload if isinstance(payload, str) else "", stack=stack)
+                           payload=payload if isinstance(payload, str) else "", stack=stack,
+                           path=path if isinstance(path, str) else "")
 
     def _file(self, ref: Any) -> str:
         if not isinstance(ref, int):

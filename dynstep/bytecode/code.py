@@ -64,6 +64,13 @@ class CodeInfo:
         index = self.index_of.get(offset)
         return None if index is None else self.rows[index]
 
+    def with_lines(self, lines: dict[int, int]) -> "CodeInfo":
+        """The same code, the rows at these indexes attributed to other user lines (side-effect replay)."""
+        if not lines:
+            return self
+        rows = tuple(dataclasses.replace(r, line=lines[r.index]) if r.index in lines else r for r in self.rows)
+        return dataclasses.replace(self, rows=rows)
+
     def first_of_line(self, line: int) -> Row | None:
         # RESUME/NOP never get an instruction event (settrace reports RESUME as the call itself)
         return next((r for r in self.rows if r.line == line and r.opname not in ("RESUME", "NOP", "CACHE")), None)

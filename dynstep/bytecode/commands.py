@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import _compat
-from ..core.commands import CommandSet
 from ..core.commands import names as command_names_of
 from ..core.errors import Abort
 from ..core.events import Evaluated, Info, Resumed, emit
@@ -23,6 +22,7 @@ from ..step.stepper import STEPPER
 from ..step.values import safe_text, tensor_view
 from .events import FramesShown, GuardSet, GuardsShown, ValuesShown
 from .framestack import FrameStackUnavailable
+from .navigation import FrameCommands
 from .views import bytecode_view, decompiled_view, source_view
 
 if TYPE_CHECKING:
@@ -31,10 +31,11 @@ if TYPE_CHECKING:
 
 ALIASES = {"s": "step", "n": "next", "c": "continue", "cont": "continue", "b": "break", "cl": "clear",
            "p": "print", "l": "list", "ll": "longlist", "src": "source", "dc": "decompiled", "bt": "backtrace",
-           "where": "backtrace", "w": "backtrace", "q": "quit", "exit": "quit", "h": "help", "?": "help"}
+           "where": "backtrace", "w": "backtrace", "q": "quit", "exit": "quit", "h": "help", "?": "help",
+           "u": "up", "d": "down", "r": "return"}
 
 
-class Commands(CommandSet):
+class Commands(FrameCommands):
     aliases = ALIASES
     current: "Here | None"
     mechanism: "Mechanism"
@@ -53,7 +54,8 @@ class Commands(CommandSet):
     def at_stop(self) -> bool:
         return self.current is not None
 
-    def _here(self) -> "Here":
+    def _stopped(self) -> "Here":
+        """Where the program is stopped (moving commands act here, whatever frame `up` selected)."""
         assert self.current is not None
         return self.current
 
@@ -61,7 +63,7 @@ class Commands(CommandSet):
 
     def cmd_step(self, arg: str) -> bool:
         """step, s [N]: run one instruction (N); at the graph call, step into the graph's first node."""
-        here = self._here()
+        here = self._stopped()
         count = int(arg) if arg else 1
         if count < 1:
             raise ValueError("s N needs N >= 1")
@@ -75,7 +77,7 @@ class Commands(CommandSet):
 
     def cmd_next(self, arg: str) -> bool:
         """next, n: run to the next source line or part of Dynamo's output in this frame, over calls."""
-        here = self._here()
+        here = self._stopped()
         self.mode, self.next_from = "next", (here.frame, here.row.line, here.row.region)
         emit(Resumed("next"))
         return True
@@ -88,7 +90,7 @@ class Commands(CommandSet):
 
     def cmd_quit(self, arg: str) -> None:
         """quit, q: stop the program here with dynstep.Abort."""
-        here = self._here()
+        here = self._stopped()
         raise Abort(f"quit at instruction {here.row.index} ({here.row.text()}) of {here.info.title}, "
                     f"{here.info.code.co_filename}:{here.row.line}: program stopped from the debugger")
 
@@ -155,7 +157,7 @@ class Commands(CommandSet):
         here = self._here()
         emit(source_view(here.info, here.row))
         emit(bytecode_view(here.info, here.row, self.breakpoints.get(here.info.code, set()), everything=True))
-        emit(decompiled_view(here.info.code, here.info.title))
+        emit(decompiled_view(here.info, here.row))
 
     def cmd_source(self, arg: str) -> None:
         """source, src: the user's original source around the current line."""
@@ -163,9 +165,26 @@ class Commands(CommandSet):
         emit(source_view(here.info, here.row, context=int(arg) if arg else 4))
 
     def cmd_decompiled(self, arg: str) -> None:
-        """decompiled, dc: this code object as Python (depyf), or why it cannot be shown."""
+        """decompiled, dc: this code object as Python (each statement with its user line; the current one marked)."""
         here = self._here()
-        emit(decompiled_view(here.info.code, here.info.title))
+        emit(decompiled_view(here.info, here.row))
+
+    def cmd_code(self, arg: str) -> None:
+        """code [STAGE [all]]: this frame's compile, stage by stage (dynamo, aot, inductor, bytecode), here marked."""
+        from ..stages.view import show, stage_list
+
+        here = self._here()
+        compile_id = _compat.compile_id_of(here.info.code)
+        wanted, _, rest = arg.partition(" ")
+        if not wanted:
+            have = stage_list(compile_id, here.info.code)
+            emit(Info(f"compile {compile_id or '?'} of {here.info.title}: stages {', '.join(have)}; code STAGE shows "
+                      "one (code bytecode: this code as Python), code STAGE all all of it (the graphs' stages are "
+                      "kept under dynstep run and for graphs with stop points)"))
+            return
+        source = f"{here.info.code.co_filename}:{here.row.line}" if here.row.line else ""
+        emit(show(compile_id, wanted, source=source, index=here.row.index, whole=rest.strip() == "all",
+                  code=here.info.code))
 
     def cmd_stack(self, arg: str) -> None:
         """stack: the real value stack of this frame, bottom first (the top is what the next instruction uses)."""
@@ -189,7 +208,7 @@ class Commands(CommandSet):
     def cmd_locals(self, arg: str) -> None:
         """locals: the frame's local variables (Dynamo's temporaries too: graph_out_0, tmp_1)."""
         here = self._here()
-        emit(ValuesShown("locals", tuple((k, safe_text(v)) for k, v in here.frame.f_locals.items())))
+        emit(ValuesShown("locals", tuple((k, safe_text(v)) for k, v in dict(self.frame_locals(here.frame)).items())))
 
     def cmd_globals(self, arg: str) -> None:
         """globals [PATTERN]: the frame's globals (without modules and dunders), e.g. globals compiled_fn."""
@@ -204,7 +223,9 @@ class Commands(CommandSet):
         if not arg:
             raise ValueError("an expression is needed, e.g. p graph_out_0[0].sum()")
         here = self._here()
-        names = {**here.frame.f_locals, **self.user_vars}
+        names = {**self.frame_locals(here.frame), **self.user_vars}
+        if self.exception is not None:
+            names.setdefault("exc", self.exception)
         with contextlib.suppress(FrameStackUnavailable):   # `stack` explains why; p works without it
             names["stack"] = self.stack_values()
         result = eval(compile(arg, "<dynstep>", "eval"), here.frame.f_globals, names)
@@ -217,15 +238,15 @@ class Commands(CommandSet):
         if original is None:
             emit(GuardsShown(here.info.title, (), (), note="Dynamo has no record of the code this was made from"))
             return
-        entries = _compat.guard_entries(original, dict(here.frame.f_locals), check_except=here.info.code)
+        entries = _compat.guard_entries(original, dict(self.frame_locals(here.frame)), check_except=here.info.code)
         sets = [GuardSet(entry=n, current=e.code is here.info.code, code_parts=e.code_parts, failed=e.failed)
                 for n, e in enumerate(entries)]
         emit(GuardsShown(original.co_name, tuple(sets), tuple(_compat.recompile_reasons(original)),
                          note="other entries are checked against this frame's current locals"))
 
     def cmd_backtrace(self, arg: str) -> None:
-        """backtrace, bt: the Dynamo-produced frames on the stack, outermost first (resume functions by name)."""
-        here = self._here()
+        """backtrace, bt: the Dynamo-produced frames on the stack, outermost first (→ the one selected by up/down)."""
+        here = self._stopped()
         frames = []
         f: types.FrameType | None = here.frame
         while f is not None:
@@ -236,7 +257,7 @@ class Commands(CommandSet):
                 frames.append((info.title, f.f_code.co_filename, row.line if row else None, row.index if row else -1))
             f = f.f_back
         frames.reverse()
-        emit(FramesShown(tuple(frames), current=len(frames) - 1))
+        emit(FramesShown(tuple(frames), current=len(frames) - 1 - self.level))
 
 
 def command_names() -> list[str]:

@@ -24,7 +24,7 @@ class InstructionRow:
 class BytecodeStopped:
     """The bytecode stepper stopped before an instruction of a Dynamo-produced code object."""
 
-    reason: str           # entry, step, next, break, return-from-graph
+    reason: str           # entry, step, next, break, return-from-graph, return, exception
     code: str             # co_name of the code object
     title: str            # "f (transformed by Dynamo)", "resume of f after line 9"
     kind: str             # transformed | resume
@@ -56,11 +56,12 @@ class BytecodeShown:
 
 @dataclasses.dataclass(frozen=True)
 class DecompiledShown:
-    """The code object as Python source (depyf), or why it could not be produced."""
+    """The code object as Python source (dynstep's decompiler, else depyf), or why it could not be produced."""
 
     title: str
     source: str | None
     reason: str
+    mark: int = 0         # the line of `source` holding the current instruction (0: none)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,3 +95,15 @@ class FramesShown:
 
     frames: tuple[tuple[str, str, int | None, int], ...]     # (title, file, line, instruction index)
     current: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameSelected:
+    """`up`/`down`: the Dynamo-produced frame the looking commands now read (0: where the program stopped)."""
+
+    level: int
+    count: int              # how many Dynamo-produced frames are on the stack
+    title: str
+    file: str
+    line: int | None
+    row: InstructionRow     # the instruction that frame runs now (a call, for frames further out)

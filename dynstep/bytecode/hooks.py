@@ -9,7 +9,9 @@ Inside `installed(engine, mechanism)`:
   function when it is first compiled), plus every one Dynamo made before the block
   (`_compat.dynamo_output_codes`);
 - per-instruction events for exactly those code objects (`dynstep.bytecode.tracing`: settrace on
-  3.11, sys.monitoring on 3.12+ under a tool id other than the debugger's).
+  3.11, sys.monitoring on 3.12+ under a tool id other than the debugger's), taken away while torch
+  compiles (`_compat.compile_callbacks`: Dynamo's frame compiles, AOTAutograd's lazy backward
+  compile), so a compile inside `step_bytecode()` costs what it costs outside it.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from .tracing import Engine, events_for
 
 @contextlib.contextmanager
 def installed(engine: Engine, mechanism: Mechanism) -> Iterator[None]:
-    events = events_for(engine)
+    # torch's callback announces each code object right before it runs: 3.11 traces only from then on
+    events = events_for(engine, on_demand=mechanism.codes == "callback")
     events.start()
     try:
-        with code_source(mechanism.codes, events.on_code):
+        with _compat.compile_callbacks(events.suspend, events.resume), code_source(mechanism.codes, events.on_code):
             yield
     finally:
         events.stop()

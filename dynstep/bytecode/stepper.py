@@ -13,12 +13,16 @@ import os
 import types
 from typing import Any
 
+from .. import _compat
+from ..core.errors import Abort
 from ..core.events import Info, emit
 from ..step.stepper import STEPPER
 from .code import CodeInfo, Row, analyse, resume_title
 from .commands import Commands
 from .events import BytecodeStopped
 from .mechanism import Mechanism
+from .navigation import is_return
+from .replay import replay_lines
 from .views import instruction_row
 
 
@@ -61,6 +65,12 @@ class BytecodeStepper(Commands):
         self.visited: list[types.CodeType] = []   # code objects seen, in first-run order
         self.break_at: set[str] = set()           # "graph": every graph call; "entry": every code's first instruction
         self._running: set[int] = set()           # ids of tracked frames that have started
+        self.level = 0                            # the frame `up`/`down` selected (0: where the program stopped)
+        self.catch = True                         # stop where an exception is raised in tracked code
+        self.return_from: types.FrameType | None = None   # `r`: stop before this frame returns
+        self.exception: BaseException | None = None       # the exception at an exception stop
+        self.locals_seen: dict[int, dict[str, Any]] = {}  # the frames' locals read at this stop
+        self._raised: list[BaseException] = []    # exceptions already stopped at (not again as they propagate)
 
     # -- hooks (dynstep.bytecode.hooks) --------------------------------------------------------
 
@@ -72,6 +82,7 @@ class BytecodeStepper(Commands):
             return code in self.infos
         try:
             info = analyse(code)
+            info = info.with_lines(replay_lines(info, _compat.original_code(code)))
         except Exception as exc:   # a code object we cannot read must not stop the program
             self.failed[code] = f"{type(exc).__name__}: {exc}"
             emit(Info(f"dynstep: cannot analyse {code.co_name} ({self.failed[code]}); it runs without stops"))
@@ -84,9 +95,31 @@ class BytecodeStepper(Commands):
 
     def on_return(self, frame: types.FrameType) -> None:
         self._running.discard(id(frame))
-        if self.next_from is not None and self.next_from[0] is frame:
-            self.next_from = None
-            self.mode = "step"     # `n` ran off the end of the frame: stop at the next instruction anywhere
+        if (self.next_from is not None and self.next_from[0] is frame) or self.return_from is frame:
+            self.next_from = self.return_from = None
+            self.mode = "step"     # `n`/`r` ran off the end of the frame: stop at the next instruction anywhere
+
+    def on_exception(self, frame: types.FrameType, exc: BaseException) -> None:
+        """An exception raised in, or passing through, a tracked frame: stop there once (`catch off`: never)."""
+        info = self.infos.get(frame.f_code)
+        if info is None or self.detached or not self.catch or isinstance(exc, (Abort, KeyboardInterrupt)) \
+                or any(e is exc for e in self._raised):
+            return
+        row = info.row_at(frame.f_lasti)
+        if row is None:
+            return
+        self._raised = [*self._raised[-7:], exc]
+        self.exception = exc
+        try:
+            self._stop(Here(frame, info, row), "exception", f"{type(exc).__name__}: {exc}"[:500])
+        finally:
+            self.exception = None
+
+    def here_of(self, frame: types.FrameType) -> Here:
+        """A frame further out, stopped in a call: its code and the instruction running now."""
+        info = self.infos[frame.f_code]
+        row = info.row_at(frame.f_lasti) or info.rows[0]
+        return Here(frame, info, row)
 
     def on_instruction(self, frame: types.FrameType, code: types.CodeType, offset: int) -> None:
         info = self.infos.get(code)
@@ -101,6 +134,7 @@ class BytecodeStepper(Commands):
         reason, note = self._back_from_graph(frame)
         if reason is None:
             reason = self._reason(frame, info, row)
+            note = "about to return: the top of `stack` is the value returned" if reason == "return" else note
         if reason is not None:
             self._stop(Here(frame, info, row), reason, note)
         if self._is_graph_call(info, row):
@@ -122,9 +156,12 @@ class BytecodeStepper(Commands):
                 self.step_count -= 1
                 return None
             return "entry" if not self.stopped_once else "step"
+        if self.mode == "return" and self.return_from is frame and is_return(row):
+            return "return"
         if self.mode == "next" and self.next_from is not None and self.next_from[0] is frame:
             _, line, region = self.next_from
-            if row.line != line or row.region != region:
+            replaying = row.region == "replay" and row.line == info.code.co_firstlineno   # Dynamo's own line
+            if (row.line != line and not replaying) or row.region != region:
                 return "next"
         return None
 
@@ -166,7 +203,8 @@ class BytecodeStepper(Commands):
         self.stop_reason, self.stop_note = reason, note   # for front ends that show the stop themselves
         self.list_start = None
         self.mode = "continue"
-        self.next_from = None      # an `n` ends at any stop: its frame's return must not turn a later `c` into a step
+        self.next_from = self.return_from = None   # `n`/`r` end at any stop: their frame's return must not step later
+        self.level, self.locals_seen = 0, {}
         info, row = here.info, here.row
         note = note or _resume_note(here)
         text = linecache.getline(info.code.co_filename, row.line).strip() if row.line else ""
@@ -175,7 +213,10 @@ class BytecodeStepper(Commands):
                              row=instruction_row(row, self.breakpoints.get(info.code, set())),
                              graph_call=self._is_graph_call(info, row), note=note))
         try:
-            self.frontend.run(self, None)
+            # the stop runs inside Dynamo-produced code, where Dynamo would compile every function the
+            # debugger calls (a tensor's repr, a statement typed at the prompt): not while stopped
+            with _compat.dynamo_paused():
+                self.frontend.run(self, None)
         finally:
             self.current = None
 

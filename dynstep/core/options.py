@@ -191,6 +191,10 @@ ENV_VARS = (
     EnvVar("DYNSTEP_BREAKPOINTS", "switch", "1/0 (default 1)", "`dynstep.breakpoint()` on or off"),
     EnvVar("DYNSTEP_NATIVE", "switch", "1/0 (default 1)", "build and use the native probe kernel"),
     EnvVar("DYNSTEP_FAST_PROBE", "switch", "1/0 (default 1)", "Inductor's code calls the native probe directly"),
+    EnvVar("DYNSTEP_FUSED_STATS", "switch", "1/0 (default 1)",
+           "under Inductor, summary probes become reductions inside the generated kernels"),
+    EnvVar("DYNSTEP_KERNEL_COUNTS", "flag", "1/0", "count the kernels each probed graph gets with and without probes "
+           "(a second compile per graph)"),
     EnvVar("DYNSTEP_NATIVE_STACK", "switch", "1/0 (default 1)", "the bytecode stepper's native value-stack reader"),
     EnvVar("DYNSTEP_BYTECODE_MECHANISM", "choice", "auto, callback, hook", "what the bytecode stepper runs on",
            ("auto", "callback", "hook")),
@@ -294,6 +298,11 @@ _PARSE: dict[str, Callable[[EnvVar, str], Any]] = {
 def switched_off(name: str) -> bool:
     """A DYNSTEP_* on/off switch read from the environment: off for 0/false/no/off, on when unset or empty."""
     return not env_value(name)
+
+
+def switched_on(name: str) -> bool:
+    """A DYNSTEP_* flag: off unless set to 1/true/yes/on."""
+    return bool(env_value(name))
 
 
 def check_environment(environ: Mapping[str, str] | None = None) -> list[str]:

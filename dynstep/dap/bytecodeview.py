@@ -89,7 +89,10 @@ class BytecodeStopView(View):
     stop_setExpression = stop_setVariable
 
     def stop_exceptionInfo(self, args: dict[str, Any]) -> dict[str, Any]:
-        raise DapError("a bytecode stop is not an exception stop")
+        exc = self.stepper.exception
+        if exc is None:
+            raise DapError("this bytecode stop is not an exception stop")
+        return {"exceptionId": type(exc).__name__, "description": str(exc), "breakMode": "always"}
 
     def stop_disassemble(self, args: dict[str, Any]) -> dict[str, Any]:
         key, _, offset = str(args.get("memoryReference", "")).partition("@")

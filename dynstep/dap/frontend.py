@@ -87,7 +87,7 @@ class DapFrontend:
         here = stepper.current
         if not server.attached() or here is None:
             return
-        reason = {"entry": "entry", "break": "breakpoint"}.get(stepper.stop_reason, "step")
+        reason = {"entry": "entry", "break": "breakpoint", "exception": "exception"}.get(stepper.stop_reason, "step")
         body = {"reason": reason, "threadId": server.thread_id(), "allThreadsStopped": False,
                 "description": f"{here.row.text()} in {here.info.title}"
                                + (f" ({stepper.stop_note})" if stepper.stop_note else "")}

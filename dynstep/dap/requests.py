@@ -134,7 +134,13 @@ class SessionRequests:
             raise DapError(f"no source with reference {ref!r} (graph listings have one)") from None
 
     def req_loadedSources(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
-        return {"sources": self.sources.loaded()}
+        """Every compiled graph's listing, the user files it comes from, other texts shown, and every stage
+        of every compile (dynstep.stages), as sources read from this process."""
+        from .stagesources import loaded_sources
+
+        stages = loaded_sources(self.sources)     # registers each stage's text with the session's sources
+        refs = {s["sourceReference"] for s in stages}
+        return {"sources": [s for s in self.sources.loaded() if s.get("sourceReference") not in refs] + stages}
 
     def req_terminate(self, conn: "Connection", req: dict[str, Any], args: dict[str, Any]) -> Any:
         self.terminate()

@@ -10,6 +10,7 @@ reading are the runtime stepper's own (`dynstep.front.repl.ReplFrontend`, `dynst
 
 from __future__ import annotations
 
+import linecache
 import os
 
 from rich.console import Console
@@ -17,11 +18,11 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from ..bytecode.events import (BytecodeShown, BytecodeStopped, DecompiledShown, FramesShown, GuardsShown,
-                              InstructionRow, SourceShown, ValuesShown)
+from ..bytecode.events import (BytecodeShown, BytecodeStopped, DecompiledShown, FrameSelected, FramesShown,
+                              GuardsShown, InstructionRow, SourceShown, ValuesShown)
 
 _LABEL = {"entry": "entered Dynamo code", "step": "step", "next": "next", "break": "breakpoint",
-          "return-from-graph": "back from graph"}
+          "return-from-graph": "back from graph", "return": "return", "exception": "exception"}
 
 
 def render(event: object, c: Console) -> bool:
@@ -46,7 +47,17 @@ def _stopped(c: Console, e: BytecodeStopped) -> None:
         c.print(Text("   the compiled graph is called here: s steps into its first node, n steps over it",
                      style="yellow"))
     if e.note:
-        c.print(Text("   " + e.note, style="yellow"))
+        c.print(Text("   " + e.note, style="red" if e.reason == "exception" else "yellow"))
+
+
+def _frame_selected(c: Console, e: FrameSelected) -> None:
+    r = e.row
+    c.print(Text(f"── frame {e.level} of {e.count - 1} · {e.title} · #{r.index} [{r.offset}] {r.text} · {r.region}",
+                 style="bold cyan"))
+    if e.line is not None:
+        c.print(Text(f"   {os.path.basename(e.file)}:{e.line:<6}", style="dim"), end="")
+        c.print(Syntax(linecache.getline(e.file, e.line).strip(), "python", theme="ansi_dark",
+                       background_color="default"))
 
 
 def _row_text(r: InstructionRow, current: int) -> Text:
@@ -81,7 +92,8 @@ def _source(c: Console, e: SourceShown) -> None:
 def _decompiled(c: Console, e: DecompiledShown) -> None:
     c.print(Text(f"decompiled {e.title}: {e.reason}", style="bold"))
     if e.source:
-        c.print(Syntax(e.source, "python", theme="ansi_dark", background_color="default"))
+        c.print(Syntax(e.source, "python", theme="ansi_dark", background_color="default", line_numbers=bool(e.mark),
+                       highlight_lines={e.mark} if e.mark else set()))
 
 
 def _values(c: Console, e: ValuesShown) -> None:
@@ -115,4 +127,5 @@ def _frames(c: Console, e: FramesShown) -> None:
 
 
 _HANDLERS = {BytecodeStopped: _stopped, BytecodeShown: _bytecode, SourceShown: _source,
-             DecompiledShown: _decompiled, ValuesShown: _values, GuardsShown: _guards, FramesShown: _frames}
+             DecompiledShown: _decompiled, ValuesShown: _values, GuardsShown: _guards, FramesShown: _frames,
+             FrameSelected: _frame_selected}

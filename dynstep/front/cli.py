@@ -1,12 +1,13 @@
 """The `dynstep` command line.
 
     dynstep demo [--inner inductor]      probe every block of a bundled small GPT and show a table
-    dynstep doctor                       what is installed, which kernels are registered, and why not
+    dynstep doctor [--fusion]            what is installed, which kernels are registered, and why not
     dynstep run SCRIPT [ARGS]            run a script, every torch.compile through superstep; prints the
                                          graph breaks and recompiles at the end (--explain: as they happen)
     dynstep run -m MODULE [ARGS]         ... --pause SEL --probe SEL --commands "p value; c" --frontend pdb
     dynstep run --probe SEL --record R SCRIPT   ... and keep what the probes saw in the recording R
     dynstep run --step-bytecode SCRIPT   step through the bytecode Dynamo wrote, and into its graphs
+    dynstep run --dump DIR SCRIPT        every stage of every compile as files (docs/stages.md)
     dynstep run --ranks 1 -m torch.distributed.run --nproc-per-node 2 train.py   (docs/distributed.md)
     dynstep run --dap 5679 [--wait] SCRIPT   serve the Debug Adapter Protocol (VS Code attaches; docs/vscode.md);
                                          --dap HOST:PORT off loopback needs --dap-token (or prints one)
@@ -61,6 +62,11 @@ def cmd_doctor(args: argparse.Namespace) -> Result:
     from .doctor import report
 
     lines, ok = report()
+    if getattr(args, "fusion", False):
+        from .doctor_fusion import fusion_report
+
+        more, fusion_ok = fusion_report()
+        lines, ok = lines + more, ok and fusion_ok
     print("\n".join(lines))
     return ok, "" if ok else "dynstep doctor found problems (see above)"
 
@@ -91,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> Result:
         code = jobs_cli.launch(target, script_args, overrides, dap, jobs_cli.worker_flags(args))
         return code == 0, "", code
     code = run(target, script_args, overrides, module=args.module is not None, step_bytecode=args.step_bytecode,
-               native=args.native, dap=dap, explain=args.explain, record=args.record)
+               native=args.native, dap=dap, explain=args.explain, record=args.record, dump=args.dump)
     return code == 0, "", code
 
 
@@ -196,7 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help=cmd_demo.__doc__)
     demo.add_argument("--inner", default="inductor", help="inner compiler (default: inductor)")
     demo.add_argument("--steps", type=int, default=2, help="training steps to run (default: 2)")
-    sub.add_parser("doctor", help=cmd_doctor.__doc__)
+    doctor = sub.add_parser("doctor", help=cmd_doctor.__doc__)
+    doctor.add_argument("--fusion", action="store_true",
+                        help="also compile a small training step with summary probes on every node, and without, "
+                             "and print the kernels per graph (does probing change Inductor's fusion here?)")
     run = sub.add_parser("run", help=cmd_run.__doc__,
                          usage="dynstep run [options] SCRIPT [ARGS...] | dynstep run [options] -m MODULE [ARGS...]")
     add_run_only_options(run)

@@ -45,6 +45,9 @@ def add_run_only_options(run: argparse.ArgumentParser) -> None:
                      help="stream every probe hit and compile event to the recording PATH (then: dynstep report PATH)")
     run.add_argument("--explain", action="store_true",
                      help="print each graph break and recompile as it happens (default: a summary at the end)")
+    run.add_argument("--dump", metavar="DIR", default=None,
+                     help="write every stage of every compile (Dynamo graph, AOT graphs, post-grad graph, Inductor "
+                          "code, Dynamo's bytecode as Python), each line tied to its nodes and your line, into DIR")
     from .flight_cli import add_run_arguments
 
     add_run_arguments(run)

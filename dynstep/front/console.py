@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -16,10 +15,10 @@ from rich.table import Table
 
 from ..core.events import ProbePrinted, Warning_
 from ..core.records import Snapshot
+from .tables import table_console
 from .text import fmt, tensor_line
 
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
-_out = Console(highlight=False)
 
 
 def default_sink(event: object) -> None:
@@ -61,7 +60,7 @@ def snapshots_table(snaps: Sequence[Snapshot], title: str = "probe hits") -> Tab
 
 
 def print_table(snaps: Sequence[Snapshot], title: str = "probe hits", file=None) -> None:
-    console = Console(file=file or sys.stdout, highlight=False, width=max(_out.width, 140))
+    console = table_console(file=file, minimum=140)   # a pipe or CI log: no cell folded mid-word
     console.print(snapshots_table(snaps, title))
 
 

@@ -55,7 +55,7 @@ def _kernels(lines: list[str]) -> None:
 def _kernel_note(name: str, keys: list[str], native_reason: str) -> str:
     from ..ops import native
 
-    if name != "probe":
+    if name not in ("probe", "publish"):
         return "Python kernel (no native kernel is planned for this op)"
     have = [k for k in keys if k in ("CPU", "CUDA")]
     missing = []
@@ -72,6 +72,7 @@ def _features(lines: list[str]) -> None:
     from ..probe import fastpath, switch
 
     lines.append(f"Inductor's wrapper calls dynstep::probe by: {fastpath.status()}")
+    lines.append(_fused_line())
     _bytecode(lines)
     lines.append(f"probes: {'enabled' if switch.enabled() else 'disabled'} "
                  "(dynstep.probes.enable()/disable(), DYNSTEP_PROBES=0)")
@@ -80,6 +81,15 @@ def _features(lines: list[str]) -> None:
         held, cap = mod.memory()
         lines.append(f"record memory: {held} bytes held in native rings, cap {cap} bytes "
                      "(dynstep.set_record_memory_cap; oldest records dropped first)")
+
+
+def _fused_line() -> str:
+    from ..backends import stats_pass
+
+    state = "on" if stats_pass.enabled() else "off (DYNSTEP_FUSED_STATS=0: every probe is an extern call)"
+    return (f"summary probes under Inductor computed inside its kernels: {state}; values of "
+            f"{stats_pass.FUSE_MIN_NUMEL} elements or more (`dynstep doctor --fusion` counts kernels with and without "
+            "probes; DYNSTEP_KERNEL_COUNTS=1 records them for every probed graph)")
 
 
 def _bytecode(lines: list[str]) -> None:

@@ -108,10 +108,10 @@ class PdbFrontend:
                 emit(CommandFailed("value = ... (in the debugger)", str(exc)))
 
     def compile_stop(self, stop: Any, fakes: dict[str, Any]) -> None:
-        """dynstep.breakpoint()'s compile-time stop: a frame holding the fake locals."""
+        """dynstep.breakpoint()'s compile-time stop: a frame holding the fake locals (and graph, guards, ctx)."""
         if not _debugger_can_answer():
             return
-        frame_locals = {**fakes, "stop": stop, "graph": stop.graph, "guards": stop.guards, "locals_": stop.locals}
+        frame_locals = {"stop": stop, "graph": stop.graph, "guards": stop.guards, "locals_": stop.locals, **fakes}
         _in_debugger(f"<dynstep compile-time stop {stop.location}>", frame_locals,
                      f"the compile-time stop at {stop.location}")
 

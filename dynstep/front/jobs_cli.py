@@ -55,6 +55,7 @@ def worker_flags(args: argparse.Namespace) -> list[str]:
     """`dynstep run` flags that are no superstep option, for each worker's own `dynstep run`
     (--record PATH: each rank records into PATH/rank<N>)."""
     flags = ["--record", os.path.abspath(args.record)] if getattr(args, "record", None) else []
+    flags += ["--dump", os.path.abspath(args.dump)] if getattr(args, "dump", None) else []   # each rank: DIR/rank<N>
     return flags + (["--explain"] if getattr(args, "explain", False) else [])
 
 

@@ -122,8 +122,9 @@ def render(event: object, console: Console | None = None) -> None:
     else:
         from .bytecode_repl import render as render_bytecode   # the bytecode stepper's events
         from .native_show import render as render_native       # `native`, `native break`
+        from .stages_show import render as render_stage        # `code [stage]`
 
-        if not render_bytecode(event, c) and not render_native(event, c):
+        if not render_bytecode(event, c) and not render_native(event, c) and not render_stage(event, c):
             c.print(repr(event))
 
 

@@ -42,7 +42,7 @@ tr.bad td{color:var(--bad)} tr.first td{background:var(--badbg);font-weight:600}
 .badge{display:inline-block;padding:0 6px;border-radius:8px;font-size:11px;margin:1px 2px 1px 0;white-space:nowrap}
 .b-value{background:#e8f0fe;color:#1967d2} .b-grad{background:#fce8e6;color:#c5221f} .b-pause{background:#fef7e0;color:#b06000}
 .b-step{background:#f1f3f4;color:var(--muted)} .b-graph_break{background:#fce8e6;color:#c5221f} .b-recompile{background:#fef7e0;color:#b06000}
-tr.quiet td{color:#9aa0a6} details{margin:6px 0} summary{cursor:pointer} .detail{white-space:pre-wrap;color:var(--muted)}
+tr.quiet td{color:#9aa0a6} details{margin:6px 0} summary{cursor:pointer} .detail{white-space:pre-wrap;color:var(--muted)} .hint{color:var(--muted)}
 """
 
 JS = r"""

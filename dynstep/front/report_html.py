@@ -144,6 +144,10 @@ def _events(report: RunReport) -> str:
 def _event_row(report: RunReport, e: CompileEvent) -> str:
     detail = f'<details><summary>details</summary><div class="detail">{escape(e.detail)}</div></details>' \
         if e.detail else ""
+    detail += "".join(f'<div class="hint">hint: {escape(h)}</div>' for h in e.hints)
+    if e.gb_id:
+        page = f' <a href="{escape(e.doc_url)}">{escape(e.doc_url)}</a>' if e.doc_url else ""
+        detail += f'<div class="hint">{escape(e.gb_id)}{page}</div>'
     return (f'<tr><td><span class="badge b-{e.kind}">{e.kind.replace("_", " ")}</span></td><td class="num">{e.count}</td>'
             f"<td>{escape(e.compile_id)}</td><td>{_link(report, e.where, e.file)}</td><td>{escape(function_name(e.function))}</td>"
             f"<td><code>{escape(e.source_text)}</code></td><td>{escape(e.reason)}{detail}</td></tr>")

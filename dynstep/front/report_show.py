@@ -8,7 +8,6 @@ recompiles `dynstep run` prints at the end (or one by one with ``--explain``).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -18,15 +17,16 @@ from rich.table import Table
 from ..recording.facts import CompileEvent, dedupe
 from ..report.model import RunReport
 from ..report.text import event_line, function_name, nonfinite_line, ranks_line, summary_rows
+from .tables import plain, table_console
 
-_SHOWN_IN_TERMINAL = ("recording", "hits", "calls (steps)", "probes", "graphs", "devices", "compile events")
+_SHOWN_IN_TERMINAL = ("recording", "hits", "calls (steps)", "probes", "graphs", "devices", "compile events", "kernels")
 _MAX_EVENTS = 12
 
 
 def _console(console: Console | None, *, stderr: bool = False) -> Console:
     if console is not None:
         return console
-    return Console(file=sys.stderr if stderr else sys.stdout, highlight=False, width=max(Console().width, 120))
+    return table_console(stderr=stderr, minimum=120)
 
 
 def show_report(report: RunReport, *, wrote: Sequence[tuple[str, str]] = (), console: Console | None = None) -> None:
@@ -54,7 +54,7 @@ def show_report(report: RunReport, *, wrote: Sequence[tuple[str, str]] = (), con
     if report.rank is not None:
         out.print(ranks_line(report), markup=False, highlight=False)
     if report.events:
-        out.print(events_table(report.events[:_MAX_EVENTS], title="graph breaks and recompiles"))
+        print_events(out, report.events[:_MAX_EVENTS], title="graph breaks and recompiles")
         if len(report.events) > _MAX_EVENTS:
             out.print(f"[dim]... and {len(report.events) - _MAX_EVENTS} more (in the HTML page)[/]")
     for what, path in wrote:
@@ -68,9 +68,30 @@ def events_table(events: Sequence[CompileEvent], *, title: str) -> Table:
     for e in events:
         color = "red" if e.kind == "graph_break" else "yellow"
         where = e.where + (f" in {function_name(e.function)}" if e.function else "")
+        reason = escape(e.reason) + "".join(f"\n[dim]{escape(line)}[/]" for line in explanation_lines(e))
         table.add_row(f"[{color}]{e.kind.replace('_', ' ')}[/]", str(e.count), escape(where), escape(e.source_text),
-                      escape(e.reason))
+                      reason)
     return table
+
+
+def explanation_lines(e: CompileEvent) -> list[str]:
+    """What Dynamo says to do about an event: its hints, and the graph-break id with its page."""
+    lines = [f"hint: {h}" for h in e.hints]
+    if e.gb_id:
+        lines.append(f"{e.gb_id}: {e.doc_url}" if e.doc_url else e.gb_id)
+    return lines
+
+
+def print_events(out: Console, events: Sequence[CompileEvent], *, title: str) -> None:
+    """A table in a terminal; elsewhere (a CI log, a pipe) one block per event, nothing folded mid-word."""
+    if not plain(out):
+        out.print(events_table(events, title=title))
+        return
+    out.print(title, markup=False, highlight=False)
+    for e in events:
+        out.print(event_line(e), markup=False, highlight=False)
+        for line in ([e.source_text] if e.source_text else []) + explanation_lines(e):
+            out.print("    " + line, markup=False, highlight=False)
 
 
 def show_compile_events(events: Sequence[CompileEvent], console: Console | None = None) -> None:
@@ -81,11 +102,11 @@ def show_compile_events(events: Sequence[CompileEvent], console: Console | None 
     out = _console(console, stderr=True)
     breaks = sum(e.count for e in found if e.kind == "graph_break")
     recompiles = sum(e.count for e in found if e.kind == "recompile")
-    out.print(events_table(found, title=f"dynstep: {breaks} graph break(s), {recompiles} recompile(s)"))
+    print_events(out, found, title=f"dynstep: {breaks} graph break(s), {recompiles} recompile(s)")
 
 
 def explain(event: CompileEvent, console: Console | None = None) -> None:
-    """`dynstep run --explain`: one graph break or recompile as it happens."""
+    """`dynstep run --explain`: one graph break or recompile as it happens, with Dynamo's hints."""
     if event.kind == "compile":
         return
     out = _console(console, stderr=True)
@@ -95,3 +116,5 @@ def explain(event: CompileEvent, console: Console | None = None) -> None:
               highlight=False)
     if event.detail:
         out.print("    " + event.detail.splitlines()[0], markup=False, highlight=False, style="dim")
+    for line in explanation_lines(event):
+        out.print("    " + line, markup=False, highlight=False, style="dim")

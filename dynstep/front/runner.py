@@ -143,6 +143,38 @@ def _compile_events(explain: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _stages(dump: str | None) -> Iterator[None]:
+    """Every stage of every compile, for `code` at a stop; with ``--dump DIR`` written there at the end
+    (compiled with Inductor's provenance, and without the caches that would skip a stage)."""
+    from ..stages.capture import capturing
+
+    if dump is None:
+        with capturing():
+            yield
+        return
+    from .. import _compat
+    from ..mixed.provenance import tracking
+    from ..stages.dump import write_dump
+
+    try:
+        with capturing(), tracking(), _compat.fresh_compiles():
+            yield
+    finally:
+        try:
+            files = write_dump(dump)
+            print(f"dynstep: {len(files)} stage file(s) of the run in {dump} (index.txt lists them)", file=sys.stderr)
+        except (OSError, StorageError) as exc:
+            print(f"dynstep run --dump: could not write {dump}: {exc}", file=sys.stderr)
+
+
+def dump_folder(dump: str | None) -> str | None:
+    """A rank of a distributed job dumps into DUMP/rank<N> (torchrun sets RANK and WORLD_SIZE)."""
+    if dump is None or int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return dump
+    return os.path.join(dump, f"rank{os.environ.get('RANK', '0')}")
+
+
+@contextlib.contextmanager
 def _native_tracking(enabled: bool) -> Iterator[None]:
     """``--native`` (what `dynstep gdb` runs): every Inductor graph of the run keeps its node -> kernel
     provenance, so `native` works at any stop (superstep turns it on only for graphs with stop points)."""
@@ -159,13 +191,14 @@ def _native_tracking(enabled: bool) -> Iterator[None]:
 
 def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, module: bool = False,
         step_bytecode: bool = False, dap: Mapping[str, Any] | None = None, native: bool = False,
-        explain: bool = False, record: str | None = None) -> int:
+        explain: bool = False, record: str | None = None, dump: str | None = None) -> int:
     """Run a script (or ``-m`` module) as ``__main__``; returns its exit code.
 
     dap: ``{"address": "5679" | "HOST:PORT", "token": str | None, "wait": bool}`` serves the Debug
     Adapter Protocol for the run (the client gets `exited` with the script's exit code at the end);
     record: stream every probe hit and compile event into that recording; explain: show graph breaks
-    and recompiles as they happen (else a summary at the end)."""
+    and recompiles as they happen (else a summary at the end); dump: write every stage of every compile
+    into that folder at the end (`dynstep.stages.dump`)."""
     if step_bytecode:
         if not _bytecode_stepper_runs():
             return 2
@@ -180,12 +213,14 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
     except StorageError as exc:
         print(f"dynstep run: --record: {exc}", file=sys.stderr)
         return 2
-    if dap is not None and not _serve(dap):
+    dump = dump_folder(dump)
+    if (dump is not None and not _dump_usable(dump)) or (dap is not None and not _serve(dap)):
         return 2
     code = 1
     try:
-        with recording, _compile_events(explain), _argv([target, *args], path0), routed_compile(overrides), \
-                _interrupt_steps(), _bytecode_stepping(step_bytecode, overrides), _native_tracking(native):
+        with recording, _compile_events(explain), _stages(dump), _argv([target, *args], path0), \
+                routed_compile(overrides), _interrupt_steps(), _bytecode_stepping(step_bytecode, overrides), \
+                _native_tracking(native):
             code = _run_main(target, module)
             return code
     finally:
@@ -193,6 +228,18 @@ def run(target: str, args: Sequence[str], overrides: Mapping[str, Any], *, modul
             from ..dap.api import stop_serving
 
             stop_serving(code)
+
+
+def _dump_usable(dump: str) -> bool:
+    """--dump DIR: absent, empty or an earlier dump, checked before the script starts (said why not)."""
+    from ..stages.dump import check_folder
+
+    try:
+        check_folder(dump)
+    except StorageError as exc:
+        print(f"dynstep run: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _bytecode_stepper_runs() -> bool:

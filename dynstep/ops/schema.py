@@ -9,6 +9,10 @@ beyond torch's op registry.
                                                       the stepper; may write x in place (`set`)
     dynstep::breakpoint(Tensor(a!)[] values, Tensor[] readonly, int bp) -> ()
                                                       dynstep.breakpoint()'s run-time half
+    dynstep::publish(Tensor[] stats, int[] sites, SymInt[] shapes, int[] ranks, int[] dtypes) -> ()
+                                                      ORDERED effect: summary statistics that
+                                                      Inductor's kernels computed (fused probes,
+                                                      backends/stats_pass.py), one hit per site
 
 Kernels are added by their owners with `impl(name, fn)` (torchao's rule: schema and fake kernel
 here, kernels where their behaviour lives): the probe kernels by `dynstep.probe.registration`, the
@@ -41,8 +45,14 @@ LIB.define("grad_tap_bw(Tensor g, int site) -> Tensor")
 # Inductor or not, reads the new value (functionalization turns this into auto_functionalized).
 LIB.define("pause(Tensor(a!) x, int site, Tensor[] inputs) -> ()", tags=(torch.Tag.cudagraph_unsafe,))
 LIB.define("breakpoint(Tensor(a!)[] values, Tensor[] readonly, int bp) -> ()", tags=(torch.Tag.cudagraph_unsafe,))
+# The statistics of several probed values, computed as reductions inside the compiled kernels: per
+# site, in `sites` order, the float64 sum and sum of squares of its finite values, their min and max
+# (in the value's dtype), and for floating dtypes the NaN count and the non-finite count; `shapes` is
+# every value's shape one after the other (`ranks` says how many dims each has), `dtypes` their
+# c10 ScalarType codes (dynstep/probe/fused.py). No cudagraph_unsafe tag: it stays in captured graphs.
+LIB.define("publish(Tensor[] stats, int[] sites, SymInt[] shapes, int[] ranks, int[] dtypes) -> ()")
 
-OPS = ("probe", "grad_tap", "grad_tap_bw", "pause", "breakpoint")
+OPS = ("probe", "grad_tap", "grad_tap_bw", "pause", "breakpoint", "publish")
 _trace_hooks: dict[str, list[Callable[[], None]]] = {name: [] for name in OPS}
 _impls: set[str] = set()
 
@@ -72,6 +82,11 @@ def _probe_fake(x: torch.Tensor, site: int) -> None:
     return None
 
 
+def _publish_fake(stats: list[torch.Tensor], sites: list[int], shapes: list, ranks: list[int],
+                  dtypes: list[int]) -> None:
+    return None
+
+
 def _pause_fake(x: torch.Tensor, site: int, inputs: list[torch.Tensor]) -> None:
     return None
 
@@ -95,23 +110,26 @@ def _grad_tap_backward(ctx, grad: torch.Tensor):
 torch.library.register_fake("dynstep::probe", _probe_fake, lib=LIB)
 torch.library.register_fake("dynstep::pause", _pause_fake, lib=LIB)
 torch.library.register_fake("dynstep::breakpoint", _breakpoint_fake, lib=LIB)
+torch.library.register_fake("dynstep::publish", _publish_fake, lib=LIB)
 torch.library.register_fake("dynstep::grad_tap", _like, lib=LIB)
 torch.library.register_fake("dynstep::grad_tap_bw", _like, lib=LIB)
 torch.library.register_autograd("dynstep::grad_tap", _grad_tap_backward, setup_context=_grad_tap_setup,
                                 lib=LIB)
-for _name in ("probe", "pause", "breakpoint"):
+for _name in ("probe", "pause", "breakpoint", "publish"):
     _compat.register_ordered_effect(f"dynstep::{_name}")
 # A probe inserted after partitioning has no effect token; this keeps FX dead-code elimination
 # from dropping it (torch/fx/node.py: has_side_effect).
 torch.fx.node.has_side_effect(torch.ops.dynstep.probe.default)
 torch.fx.node.has_side_effect(torch.ops.dynstep.pause.default)
 torch.fx.node.has_side_effect(torch.ops.dynstep.breakpoint.default)
+torch.fx.node.has_side_effect(torch.ops.dynstep.publish.default)
 
 probe = torch.ops.dynstep.probe.default
 grad_tap = torch.ops.dynstep.grad_tap.default
 pause = torch.ops.dynstep.pause.default
 grad_tap_bw = torch.ops.dynstep.grad_tap_bw.default
 breakpoint_op = torch.ops.dynstep.breakpoint.default
+publish = torch.ops.dynstep.publish.default
 
 
 def registered_kernels() -> dict[str, list[str]]:

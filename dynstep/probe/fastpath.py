@@ -38,22 +38,32 @@ from ..ops import schema
 
 KERNEL_NAME = "torch.ops.dynstep.probe.default"
 IMPORT_LINE = "from dynstep.fastpath import probe as dynstep_probe"
+PUBLISH_KERNEL_NAME = "torch.ops.dynstep.publish.default"
+PUBLISH_IMPORT_LINE = "from dynstep.fastpath import publish as dynstep_publish"
 
 
 probe: Callable[..., None] = schema.probe   # bound to the native direct entry by kernel.ensure()
+publish: Callable[..., None] = schema.publish   # the same for fused summaries (backends/stats_pass.py)
 _installed = False
 
 
-def bind(direct: Callable[..., None] | None) -> None:
-    """Call `direct` (the native extension's entry) instead of the op from now on."""
-    global probe
+def bind(direct: Callable[..., None] | None, direct_publish: Callable[..., None] | None = None) -> None:
+    """Call `direct` (the native extension's entries) instead of the ops from now on."""
+    global probe, publish
     probe = direct if direct is not None else schema.probe
+    publish = direct_publish if direct_publish is not None else schema.publish
 
 
 def codegen(node: Any, writeline: Callable[[str], None]) -> None:
     """Write the wrapper line for one `dynstep::probe` fallback kernel node."""
     _compat.wrapper_import(IMPORT_LINE)
     writeline(f"dynstep_probe({', '.join(_compat.extern_kernel_args(node))})")
+
+
+def publish_codegen(node: Any, writeline: Callable[[str], None]) -> None:
+    """Write the wrapper line for one `dynstep::publish` node (the fused statistics of a run of probes)."""
+    _compat.wrapper_import(PUBLISH_IMPORT_LINE)
+    writeline(f"dynstep_publish({', '.join(_compat.extern_kernel_args(node))})")
 
 
 def disabled_reason() -> str | None:
@@ -75,6 +85,7 @@ def install() -> bool:
     global _installed
     if not _installed and disabled_reason() is None:
         _installed = _compat.register_wrapper_codegen(KERNEL_NAME, codegen)
+        _installed = _installed and _compat.register_wrapper_codegen(PUBLISH_KERNEL_NAME, publish_codegen)
     return _installed
 
 

@@ -1,6 +1,6 @@
 """Registering the probe ops' kernels under the op schema, and wiring the probe package's parts, once.
 
-`ensure()` registers the Python kernels of `dynstep::probe`, `grad_tap` and `grad_tap_bw`
+`ensure()` registers the Python kernels of `dynstep::probe`, `grad_tap`, `grad_tap_bw` and `publish`
 (CompositeExplicitAutograd), loads the native kernel (csrc/, best effort: `dynstep doctor` says why
 not) and mirrors sites into it, connects the sessions as the destination of hits, and asks to be
 told when Inductor traces a probe so its wrapper calls the probe directly (`dynstep.probe.fastpath`).
@@ -17,7 +17,7 @@ import torch
 
 from ..core.once import once
 from ..ops import native, schema
-from . import fastpath, rings, runtime, sessions
+from . import fastpath, fused, rings, runtime, sessions
 
 def _probe_batched(info, in_dims, x: torch.Tensor, site: int):
     """Under torch.vmap: probe the whole batch at once (its batch dimension first); no output."""
@@ -42,6 +42,7 @@ def ensure() -> None:
     schema.impl("probe", runtime.on_probe)
     schema.impl("grad_tap", _grad_tap)
     schema.impl("grad_tap_bw", _grad_tap_bw)
+    schema.impl("publish", fused.on_publish)
     torch.library.register_vmap("dynstep::probe", _probe_batched, lib=schema.LIB)
     runtime.connect(destination=sessions.DESTINATION)
     # while a graph calling the probe is traced: once Inductor's code generator is loaded (it is
@@ -50,4 +51,5 @@ def ensure() -> None:
     module = native.load()
     if module is not None:
         rings.attach_native(module)
-        fastpath.bind(module.probe)
+        module.set_publish_callbacks(fused.published, fused.on_publish)
+        fastpath.bind(module.probe, module.publish)

@@ -194,6 +194,19 @@ def _run_actions(x: torch.Tensor, site: Site, call: int, stats: Stats | None) ->
         emit(ProbePrinted(snap, values))
 
 
+def next_call(site_id: int) -> int:
+    """This site's next call index on the Python side (what `on_probe` counts)."""
+    with _lock:
+        call = _calls[site_id]
+        _calls[site_id] += 1
+    return call
+
+
+def hit_without_tensor(site: Site, call: int, shape: tuple[int, ...], dtype: str, device: str, stats: Stats) -> None:
+    """A summary hit whose statistics were computed elsewhere (a fused probe: dynstep.probe.fused)."""
+    deliver(snapshot_for(site, call, shape, dtype, device, stats, None, next_seq()), None)
+
+
 def snapshot_for(site: Site, call: int, shape: tuple[int, ...], dtype: str, device: str, stats: Stats,
                  tensor: torch.Tensor | None, seq: int, where: tuple[int, int] | None = None) -> Snapshot:
     rank, world = where or rank_world()   # `where`: (rank, world) found once for a whole drain

@@ -5,7 +5,8 @@ Frozen dataclasses that cross from the engine to the recording and the front end
 - `CompileEvent`: a compile, a graph break or a recompile, tied to the user's line;
 - `GraphPlan` (rows of `PlanRow`, each with its `PlanSite`s): a graph superstep compiled, with
   every probe and stop point it placed, by node and user line;
-- `RunInfo`: versions, platform, argv, when the run started and ended.
+- `RunInfo`: versions, platform, argv, when the run started and ended;
+- `KernelCount`: the kernels Inductor generated for a probed graph, with and without its probes.
 
 `to_json(x)` and `from_json(cls, obj)` convert them; `from_json` checks every field and raises
 `ValueError` saying which one is wrong (a recording's reader lists it as a problem).
@@ -41,6 +42,9 @@ class CompileEvent:
     detail: str = ""          # the explanation or the full reason, a few lines
     source_text: str = ""     # the text of the user's line, read when the event was collected
     count: int = 1            # how many times the same event (kind, line, reason) happened
+    hints: tuple[str, ...] = ()   # Dynamo's hints for a graph break ("Set torch._dynamo.config...")
+    gb_id: str = ""           # the graph-break type's id in Dynamo's registry ("GB0124")
+    doc_url: str = ""         # its documentation page
 
     @property
     def where(self) -> str:
@@ -83,6 +87,25 @@ class GraphPlan:
     inner: str
     options: tuple[tuple[str, str], ...]   # the options that differ from the defaults, as text
     rows: tuple[PlanRow, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCount:
+    """What Inductor generated for one partitioned graph of a probed compile: whether probes changed
+    its fusion. `unprobed` comes from compiling the same graph without its probes in the same run
+    (DYNSTEP_KERNEL_COUNTS=1, and `dynstep doctor`); -1 when that was not done (or not countable)."""
+
+    graph: str                # the Dynamo graph superstep compiled: "forward[0/0]"
+    phase: str                # "forward" or "backward" (AOTAutograd's partitioned graph)
+    kernels: int              # kernels in the code compiled with the probes (-1: not countable)
+    unprobed: int = -1        # kernels of the same graph compiled without probes (-1: not measured)
+    fused: int = 0            # summary probes whose statistics the kernels compute
+    extern: int = 0           # probe calls handed a materialised value
+
+    @property
+    def added(self) -> int | None:
+        """Kernels the probes added (None when unmeasured)."""
+        return self.kernels - self.unprobed if self.kernels >= 0 and self.unprobed >= 0 else None
 
 
 @dataclasses.dataclass(frozen=True)

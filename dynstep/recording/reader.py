@@ -38,7 +38,7 @@ from ..core.records import STAT_FIELDS, Snapshot, Stats
 from ..graph.filter import filter_records
 from ..graph.identity import fill_identities
 from ..report.compile_log import Entry
-from .facts import CompileEvent, GraphPlan, RunInfo, from_json
+from .facts import CompileEvent, GraphPlan, KernelCount, RunInfo, from_json
 from .files import read_regular as _read_regular
 from .files import what_is
 from .flight_facts import FlightInfo, Trigger, flight_from_json
@@ -89,6 +89,11 @@ class Recording:
     def plans(self) -> list[GraphPlan]:
         """The graphs superstep instrumented, with every probe and stop point by node."""
         return [e for e in self.compile if isinstance(e, GraphPlan)]
+
+    @property
+    def kernel_counts(self) -> list[KernelCount]:
+        """Per probed graph, the kernels Inductor generated with the probes (and without, when measured)."""
+        return [e for e in self.compile if isinstance(e, KernelCount)]
 
     def all(self) -> list[Snapshot]:
         return list(self._snaps)
@@ -190,7 +195,7 @@ def _run(file: Path, problems: list[str]) -> RunInfo | None:
 
 
 def _compile(file: Path, problems: list[str]):
-    kinds: dict[str, type] = {"event": CompileEvent, "graph": GraphPlan}
+    kinds: dict[str, type] = {"event": CompileEvent, "graph": GraphPlan, "kernels": KernelCount}
     for number, raw in _lines(file, problems):
         kind = kinds.get(raw.get("type")) if isinstance(raw, dict) else None
         if kind is None:

@@ -44,7 +44,7 @@ from ..core.errors import StorageError
 from ..core.jsonsafe import json_safe
 from ..core.records import Snapshot
 from ..report.compile_log import CompileLog, Entry
-from .facts import GraphPlan, RunInfo, to_json
+from .facts import GraphPlan, KernelCount, RunInfo, to_json
 from .files import read_regular
 
 try:
@@ -205,8 +205,8 @@ def save_prepared(path: str | Path, lines: list[str], *, run: RunInfo | None = N
 
 
 def compile_line(entry: Entry) -> str:
-    """compile.jsonl's line for a compile-log entry: {"type": "event" | "graph", ...fields}."""
-    kind = "graph" if isinstance(entry, GraphPlan) else "event"
+    """compile.jsonl's line for a compile-log entry: {"type": "event" | "graph" | "kernels", ...fields}."""
+    kind = "graph" if isinstance(entry, GraphPlan) else "kernels" if isinstance(entry, KernelCount) else "event"
     return json.dumps({"type": kind, **to_json(entry)}, allow_nan=False) + "\n"
 
 

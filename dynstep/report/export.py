@@ -45,7 +45,8 @@ def _content(report: RunReport) -> dict[str, Any]:
         "first_nonfinite": report.first_nonfinite.meta() if report.first_nonfinite is not None else None,
         "events": to_json(report.events), "compiles": to_json(report.compiles), "graphs": to_json(report.plans),
         "panels": to_json(report.panels), "panels_left_out": report.left_out,
-        "sources": to_json(report.sources), "hits": [s.meta() for s in report.hits]})
+        "sources": to_json(report.sources), "kernels": to_json(report.kernels),
+        "hits": [s.meta() for s in report.hits]})
 
 
 # -- TensorBoard -------------------------------------------------------------------------------

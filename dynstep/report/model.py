@@ -23,7 +23,7 @@ from ..graph import selectors as sel
 from ..graph.filter import snapshot_matches
 from .histogram import Histogram, histogram
 from .leadup import LeadUp, leadup_of
-from ..recording.facts import CompileEvent, GraphPlan, RunInfo, dedupe
+from ..recording.facts import CompileEvent, GraphPlan, KernelCount, RunInfo, dedupe
 
 STATS = ("min", "max", "mean", "std", "absmax")
 MAX_PANELS = 48
@@ -133,6 +133,7 @@ class RunReport:
     ranks: tuple[int, ...] = ()         # ... and every rank it holds
     rank_differences: tuple[RankDifference, ...] = ()   # hits where some rank differs from rank 0
     leadup: LeadUp | None = None        # a flight recorder's dump: the steps before its trigger
+    kernels: tuple[KernelCount, ...] = ()   # per probed graph: Inductor's kernels with (and without) the probes
 
     def source_key(self, source: str, path: str = "") -> str:
         """The anchor of a user line ("" when the report does not list it)."""
@@ -182,7 +183,7 @@ def build(recording: RecordingLike, *, select: Sequence[str] = (), max_panels: i
                      compiles=tuple(e for e in events if e.kind == "compile"), plans=plans,
                      sources=_sources(hits, events, plans), selected=tuple(select), rank=rank,
                      ranks=ranks if rank is not None else (), rank_differences=differences,
-                     leadup=_leadup(recording, hits))
+                     leadup=_leadup(recording, hits), kernels=tuple(getattr(recording, "kernel_counts", ())))
 
 
 def _first_bad(recording: RecordingLike, hits: tuple[Snapshot, ...]) -> Snapshot | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from ..core.records import Snapshot
-from ..recording.facts import CompileEvent
+from ..recording.facts import CompileEvent, KernelCount
 from .model import RunReport
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
@@ -44,6 +44,8 @@ def summary_rows(report: RunReport) -> list[tuple[str, str]]:
              ("compile events", f"{s.compiles} compile(s), {s.graph_breaks} graph break(s), {s.recompiles} recompile(s)")]
     if run is not None and run.dropped:
         rows.append(("dropped", f"{run.dropped} hit(s) dropped by full rings (raise record= or summaries=)"))
+    if report.kernels:
+        rows.append(("kernels", "; ".join(kernel_text(c) for c in report.kernels)))
     return rows
 
 
@@ -55,6 +57,13 @@ def ranks_line(report: RunReport) -> str:
     d = report.rank_differences[0]
     return (f"{head}; first value that differs from rank 0: {d.node} ({d.module or '<top>'}, {d.source}) call "
             f"{d.call} on rank {d.rank}; {len(report.rank_differences)} value(s) differ in all")
+
+
+def kernel_text(c: KernelCount) -> str:
+    """'f[0/0] forward: 8 kernels (7 without probes: +1), 12 probe(s) computed in the kernels, 0 on a ...'."""
+    without = "" if c.added is None else f" ({c.unprobed} without probes: {c.added:+d})"
+    return (f"{c.graph} {c.phase}: {c.kernels if c.kernels >= 0 else '?'} kernels{without}, "
+            f"{c.fused} probe(s) computed in the kernels, {c.extern} on a materialised value")
 
 
 def nonfinite_line(s: Snapshot) -> str:

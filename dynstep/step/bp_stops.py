@@ -9,6 +9,7 @@ it is read from DYNSTEP_FRONTEND / DYNSTEP_COMMANDS or `dynstep.configure(...)`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Any
@@ -20,7 +21,7 @@ from ..core.errors import OptionsError
 from ..core.events import CompileViewShown, Info, Warning_, emit
 from ..core.options import parse_ranks
 from ..core.sites import SITES, Site
-from .compile_stop import CompileStop, CompileStopCommands
+from .compile_stop import CONTEXTS, CompileStop, CompileStopCommands, Scope
 from .rank_commands import job_pause
 from .stepper import STEPPER
 
@@ -41,7 +42,7 @@ def _stepper():
     return STEPPER
 
 
-def present_compile_stop(stop: CompileStop, fakes: dict[str, Any]) -> None:
+def present_compile_stop(stop: CompileStop, fakes: dict[str, Any], scope: Scope | None = None) -> None:
     """Let the front end answer a compile-time stop. In a distributed job only the ranks that may pause
     stop (the others compile on), one at a time at the launcher's terminal; `q` ends every rank."""
     stepper = _stepper()
@@ -55,17 +56,19 @@ def present_compile_stop(stop: CompileStop, fakes: dict[str, Any]) -> None:
         return
     info = {"node": f"compile-time stop {stop.location}", "graph": f"compile {stop.compile_id}", "source": stop.location}
     with job_pause(coord, info, None, turn=getattr(frontend, "shares_terminal", False), follow=False):
-        _answer_compile_stop(stepper, frontend, stop, fakes)   # `step --all` does not reach a compile-time stop
+        _answer_compile_stop(stepper, frontend, stop, fakes, scope)   # `step --all` does not reach a compile-time stop
 
 
-def _answer_compile_stop(stepper: Any, frontend: Any, stop: CompileStop, fakes: dict[str, Any]) -> None:
-    cmds = CompileStopCommands(stop, fakes)
+def _answer_compile_stop(stepper: Any, frontend: Any, stop: CompileStop, fakes: dict[str, Any],
+                         scope: Scope | None) -> None:
+    cmds = CompileStopCommands(stop, fakes, scope)
     emit(CompileViewShown(cmds.header()))
     read = getattr(frontend, "read", None)
-    if read is None:   # pdb and other debuggers: a frame holding the fake locals, if they offer one
+    if read is None:   # pdb and other debuggers: a frame holding what `p` names there, if they offer one
         compile_stop = getattr(frontend, "compile_stop", None)
         if compile_stop is not None:
-            compile_stop(stop, fakes)
+            with scope.quiet() if scope is not None else contextlib.nullcontext():   # looking adds no guard
+                compile_stop(stop, {**fakes, **(scope.names if scope is not None else {})})
         return
     while True:
         line = read(COMPILE_PROMPT)
@@ -120,4 +123,6 @@ def _site_for(bp: Any, values: dict[str, torch.Tensor]) -> Site:
                              inputs=tuple(n for n in values if n != shown), user_name=shown,
                              frames=(f"{bp.file}:{bp.line}",))
             _sites[key] = site
+            if bp.id:
+                CONTEXTS.link(site.id, bp.id)
     return site

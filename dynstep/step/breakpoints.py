@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ from ..core.options import switched_off
 from ..ops import schema
 from . import bp_stops
 from . import kernel as step_kernel
-from .compile_stop import CompileStop, LocalInfo
+from .compile_stop import CONTEXTS, CompileStop, Guard, LocalInfo, Scope
 
 _COMPTIME = _compat.comptime()
 _state = {"enabled": not switched_off("DYNSTEP_BREAKPOINTS")}
@@ -84,7 +85,9 @@ class _Registry:
         self._lock = threading.Lock()
         self._sites: dict[int, BreakpointSite] = {}
         self._next = 1
-        self.per_compile: collections.Counter[tuple[str, str, int]] = collections.Counter()
+        # per compile attempt (its OutputGraph, opaque and unhashable, held weakly): compile ids restart
+        # at 0/0 after torch._dynamo.reset() or explain(), so they cannot key this count
+        self._attempt: tuple[Any, collections.Counter[tuple[str, int]]] = (None, collections.Counter())
 
     def add(self, **fields: Any) -> BreakpointSite:
         with self._lock:
@@ -95,6 +98,17 @@ class _Registry:
 
     def get(self, bp: int) -> BreakpointSite:
         return self._sites[bp]
+
+    def occurrence(self, compile_key: Any, file: str, line: int) -> int:
+        """How many dynstep.breakpoint() calls at this line the compile `compile_key` met before (unrolled loops)."""
+        with self._lock:
+            ref, counts = self._attempt
+            if ref is None or ref() is not compile_key:     # Dynamo compiles one frame at a time
+                counts = collections.Counter()
+                self._attempt = (weakref.ref(compile_key), counts)
+            seen = counts[(file, line)]
+            counts[(file, line)] += 1
+        return seen
 
 
 BREAKPOINTS = _Registry()
@@ -108,21 +122,42 @@ def _at_compile_time(ctx: Any) -> None:
     want_run = _constant(ctx, "run", True)
     when = _compat.function_of_variable(_compat.comptime_local(ctx, "when"))
     compile_id = _compat.current_compile_id()
-    key = (compile_id, frame.file, frame.line)
-    occurrence = BREAKPOINTS.per_compile[key]
-    BREAKPOINTS.per_compile[key] += 1
+    occurrence = BREAKPOINTS.occurrence(_compat.compile_attempt(frame.translator), frame.file, frame.line)
     tensors = [(n, v) for n, v in frame.locals if _compat.is_tensor_variable(v)]
     site = _record_runtime_half(frame, tensors, when, compile_id, occurrence) if want_run else None
+    stop = CompileStop(
+        function=frame.function, file=frame.file, line=frame.line, code=frame.code,
+        compile_id=compile_id, recompile_reason=_compat.recompile_reason(),
+        locals=tuple(_describe(n, v) for n, v in frame.locals), graph=frame.graph_src,
+        guards=tuple(f"{name}: {kind}" for name, kind in frame.guards if "dynstep" not in name),
+        shape_guards=frame.shape_guards, backtrace=_backtrace(frame),
+        graph_breaks=tuple(_compat.graph_breaks_so_far()), occurrence=occurrence,
+        runtime_site=site.id if site else None)
+    if site is not None:   # `graph`, `guards`, `locals` at the runtime stop of this breakpoint
+        CONTEXTS.put(site.id, stop)
     if want_compile:
-        stop = CompileStop(
-            function=frame.function, file=frame.file, line=frame.line, code=frame.code,
-            compile_id=compile_id, recompile_reason=_compat.recompile_reason(),
-            locals=tuple(_describe(n, v) for n, v in frame.locals), graph=frame.graph_src,
-            guards=tuple(f"{name}: {kind}" for name, kind in frame.guards if "dynstep" not in name),
-            shape_guards=frame.shape_guards, backtrace=_backtrace(frame),
-            graph_breaks=tuple(_compat.graph_breaks_so_far()), occurrence=occurrence,
-            runtime_site=site.id if site else None)
-        bp_stops.present_compile_stop(stop, {n: _compat.fake_of(v) for n, v in tensors})
+        bp_stops.present_compile_stop(stop, {n: _compat.fake_of(v) for n, v in tensors}, _scope(ctx, frame))
+
+
+def _scope(ctx: Any, frame: _compat.TraceFrame) -> Scope:
+    """What `p EXPR` names at the compile-time stop (see dynstep.step.compile_stop)."""
+    names: dict[str, Any] = {}
+    for name, var in frame.locals:
+        ok, value = _compat.python_value(var)
+        names[name] = value if ok else _Symbolic(_describe(name, var).text)
+    names.update(_compat.compile_scope(ctx, frame))
+    names["guards"] = tuple(Guard(source, kind) for source, kind in frame.guards if "dynstep" not in source)
+    return Scope(names, lambda: _compat.guards_suppressed(frame.translator))
+
+
+class _Symbolic:
+    """A local Dynamo holds no Python value for (a generator, an unsupported object): its description."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"<symbolic {self.text}>"
 
 
 def _record_runtime_half(frame: _compat.TraceFrame, tensors: list[tuple[str, Any]], when: Any, compile_id: str,

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core.errors import Abort, SelectorError
-from ..core.events import Evaluated, GraphShown, Info, Resumed, WhereShown, emit
+from ..core.events import CompileView, CompileViewShown, Evaluated, GraphShown, Info, Resumed, WhereShown, emit
 from ..core.records import Snapshot
 from ..core.sites import SITES
 from ..graph import selectors as sel
 from ..jobs.identity import rank_world
 from ..probe.sessions import deliver
 from ..probe.stats import stats_of
+from .compile_stop import CONTEXTS
 from .graphs import GRAPHS, break_sites
 from .rank_commands import RankCommands
 from .values import tensor_view, value_text
@@ -169,13 +170,61 @@ class StepperCommands(RankCommands):
                         target=site.target, stack=stop.stack))
 
     def cmd_graph(self, arg: str) -> None:
-        """graph, g: the listing of this graph, the current node marked."""
+        """graph, g: the listing of this graph, the current node marked (at a breakpoint: the graph Dynamo traced)."""
         stop = self.current
         assert stop is not None
+        context = CONTEXTS.of_site(stop.site.id)
+        if context is not None:    # a breakpoint's runtime stop: the graph as Dynamo had traced it to that line
+            emit(CompileViewShown(CompileView("graph", f"graph {stop.site.graph}, traced up to {context.location}",
+                                              tuple(context.graph.strip("\n").splitlines()))))
+            return
         entry = GRAPHS.get(stop.site.graph)
         if entry is None:
-            raise ValueError(f"no listing for graph {stop.site.graph} (a probe stop outside a stepped graph)")
+            raise ValueError(f"no listing for graph {stop.site.graph} (a probe stop outside a stepped graph; "
+                             "`code` shows every stage of what was compiled)")
         emit(GraphShown(entry.graph_id, entry.rows, stop.site.node))
+
+    def cmd_locals(self, arg: str) -> None:
+        """locals: the names bound here (at a breakpoint: every local, tensors with their real values)."""
+        stop = self.current
+        assert stop is not None
+        real = {**stop.inputs, **{n: stop.value for n in stop.names()}}
+        context = CONTEXTS.of_site(stop.site.id)
+        shown = [x.name for x in context.locals] if context is not None else list(real)
+        lines = [f"{name} = {value_text(real[name])}" for name in shown if name in real]
+        if context is not None:
+            lines += [f"{x.name} = {x.text}   (as Dynamo saw it at compile {context.compile_id})"
+                      for x in context.locals if x.name not in real]
+        lines += [f"{name} = {value_text(v)}   (bound with set)" for name, v in self.user_vars.items()]
+        emit(CompileViewShown(CompileView("locals", f"locals at {stop.site.node}", tuple(lines))))
+
+    def cmd_guards(self, arg: str) -> None:
+        """guards: at a dynstep.breakpoint() stop, the guards Dynamo had installed when it traced that line."""
+        stop = self.current
+        assert stop is not None
+        context = CONTEXTS.of_site(stop.site.id)
+        if context is None:
+            raise ValueError("guards are known at dynstep.breakpoint() stops (this is a stop at a graph node); "
+                             "the bytecode stepper's `guards` shows every cache entry's guards")
+        shape = tuple(f"shape: {g}" for g in context.shape_guards)
+        emit(CompileViewShown(CompileView("guards", f"guards of compile {context.compile_id} at {context.location}",
+                                          context.guards + shape)))
+
+    def cmd_code(self, arg: str) -> None:
+        """code [STAGE [all]]: this compile's stages (dynamo, aot, post-grad, inductor, bytecode...), this node marked."""
+        from ..stages.capture import compile_id_of_graph
+        from ..stages.view import show, stage_list
+
+        stop = self.current
+        assert stop is not None
+        compile_id = compile_id_of_graph(stop.site.graph)
+        wanted, _, rest = arg.partition(" ")
+        if not wanted:
+            have = stage_list(compile_id)
+            listing = ", ".join(have) or "none captured (under dynstep run, and for graphs with stop points, they are)"
+            emit(Info(f"compile {compile_id or '?'}: {listing}; code STAGE shows one, code STAGE all the whole of it"))
+            return
+        emit(show(compile_id, wanted, node=stop.site.node, source=stop.site.source, whole=rest.strip() == "all"))
 
     def cmd_break(self, arg: str) -> None:
         """break, b SEL: also stop at the nodes a selector picks (b alone lists breakpoints)."""

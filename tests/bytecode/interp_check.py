@@ -106,6 +106,7 @@ def run_checks(framestack, code_module, tracing) -> dict:
         _release(debugger)
     _compare_stops(checks, engine, a, b)
     _check_finished_frame(checks, framestack)
+    _check_exception_events(checks, tracing)
     checks["returns seen"] = (engine.returns == 2, f"{engine.returns} returns")
     if tracing.HAS_MONITORING:
         checks["tool id given back"] = (sys.monitoring.get_tool(sys.monitoring.PROFILER_ID) is None, "PROFILER_ID free")
@@ -147,6 +148,60 @@ def _check_finished_frame(checks: dict, framestack) -> None:
     here = sys._getframe()
     checks["depth past the frame's stack size is clamped"] = (
         len(framestack.read(here, 10_000)) <= here.f_code.co_stacksize, "clamped")
+
+
+def raising():
+    try:
+        raise KeyError("inside tracked code")
+    except KeyError:
+        return 1
+
+
+def untracked_raising():
+    try:
+        raise ValueError("elsewhere")
+    except ValueError:
+        return 2
+
+
+class ExceptionRecorder:
+    """An engine that stops on exceptions (issue 30): only those in tracked code reach it, and none
+    while the events are suspended (a compile runs)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_code(self, code):
+        return code is raising.__code__
+
+    def is_tracked(self, code):
+        return code is raising.__code__
+
+    def on_instruction(self, frame, code, offset):
+        pass
+
+    def on_return(self, frame):
+        pass
+
+    def on_exception(self, frame, exc):
+        self.seen.append(f"{frame.f_code.co_name}:{type(exc).__name__}")
+
+
+def _check_exception_events(checks: dict, tracing) -> None:
+    engine = ExceptionRecorder()
+    events = tracing.events_for(engine, on_demand=False)
+    events.start()
+    try:
+        events.on_code(raising.__code__)
+        raising()
+        untracked_raising()
+        events.suspend()
+        raising()               # suspended: as while torch compiles
+        events.resume()
+    finally:
+        events.stop()
+    ok = engine.seen[:1] == ["raising:KeyError"] and "untracked_raising:ValueError" not in engine.seen
+    checks["exceptions in tracked code only, none while suspended"] = (ok and len(engine.seen) == 1, repr(engine.seen))
 
 
 def _a_finished_frame():

@@ -114,11 +114,12 @@ def test_results_are_identical_with_and_without_stepping(events):
 
 
 def test_next_goes_by_line_and_part_and_steps_over_the_graph(events):
-    run_story(events, "n; n; n; c")
+    run_story(events, "n; n; n; n; n; c")
     regions = [(e.row.region, e.line) for e in bstops(events)]
     assert regions[0][0] == "graph call"
-    assert regions[1][0] == "replay"
-    assert regions[2] == ("graph break", BREAK_LINE)
+    # the replay, then one side effect at a time at the line that wrote it (issue 30: not the def line)
+    assert regions[1:4] == [("replay", BREAK_LINE - 4), ("replay", BREAK_LINE - 2), ("replay", BREAK_LINE - 1)]
+    assert regions[4] == ("graph break", BREAK_LINE)
     assert not [e for e in events if isinstance(e, Stopped)]
 
 
@@ -141,13 +142,17 @@ def test_break_at_a_source_line_and_at_an_instruction(events):
 
 
 def test_views_and_backtrace_never_fail(events, monkeypatch):
-    monkeypatch.setitem(sys.modules, "depyf", None)      # depyf missing: say so, keep going
+    monkeypatch.setitem(sys.modules, "depyf", None)      # no depyf: dynstep's own decompiler (issue 30)
     from dynstep.bytecode import views as bytecode_views
 
     bytecode_views._decompile.cache_clear()
-    run_story(events, "b entry; c; ll; bt; locals; globals compiled_fn; c")
-    dec = [e for e in events if isinstance(e, DecompiledShown)][0]
-    assert dec.source is None and ("depyf" in dec.reason)
+    run_story(events, "ll; b entry; c; ll; bt; locals; globals compiled_fn; c")
+    dec, resume = [e for e in events if isinstance(e, DecompiledShown)]
+    assert dec.source is not None and dec.reason.startswith("decompiled by dynstep")
+    assert "['print']('graph break')" in dec.source
+    assert any(line.endswith(f"# line {BREAK_LINE}: print(\"graph break\")") for line in dec.source.splitlines())
+    assert "__compiled_fn" in dec.source.splitlines()[dec.mark - 1]          # the entry: the graph call is next
+    assert resume.title == f"resume of story after line {BREAK_LINE}" and "return " in resume.source
     bytecode_views._decompile.cache_clear()
     from dynstep.bytecode.events import FramesShown
 

@@ -139,3 +139,53 @@ def test_this_pythons_real_event_path_traces_only_tracked_code_and_gives_everyth
         mon = sys.monitoring
         assert mon.get_tool(mon.PROFILER_ID) is None           # the tool id is given back
         assert mon.get_local_events(mon.PROFILER_ID, tracked.__code__) == 0
+
+
+def test_a_compile_inside_step_bytecode_runs_untraced(monkeypatch, mechanism):
+    """Issue 30 item 4: the 3.11 trace function saw every Python call of Dynamo and Inductor (6.4
+    million calls for a small Inductor compile, about 2x its time). Now nothing of dynstep runs per
+    call while torch compiles: no trace function on 3.11, no global sys.monitoring event on 3.12+."""
+    import torch
+
+    import dynstep
+    from torch._dynamo.callback import callback_handler
+
+    seen = {"compiling": False, "traced while compiling": 0, "compiles": 0, "tracer while compiling": set()}
+    original = tracing.TraceEvents._global
+
+    def counting(self, frame, event, arg):
+        seen["traced while compiling"] += seen["compiling"]
+        return original(self, frame, event, arg)
+
+    def end(args):       # registered before dynstep's: runs before the stepper resumes its events
+        seen["compiling"] = False
+
+    def start(args):     # registered after dynstep's: runs once the stepper has suspended its events
+        seen["compiling"] = True
+        seen["compiles"] += 1
+        tool = getattr(sys, "monitoring", None)
+        active = sys.gettrace() if not tracing.HAS_MONITORING else \
+            [t for t in range(6) if tool.get_tool(t) == tracing.TOOL_NAME and tool.get_events(t)]
+        seen["tracer while compiling"].add(repr(active))
+
+    monkeypatch.setattr(tracing.TraceEvents, "_global", counting)
+
+    def f(x):
+        y = torch.sin(x) * 2
+        torch._dynamo.graph_break()      # a resume function, compiled while f's frame is traced
+        return torch.cos(y).sum()
+
+    callback_handler.register_end_callback(end)
+    try:
+        with dynstep.step_bytecode(commands="c") as engine:
+            callback_handler.register_start_callback(start)
+            try:
+                out = torch.compile(f, backend="inductor")(torch.ones(4))
+            finally:
+                callback_handler.remove_start_callback(start)
+    finally:
+        callback_handler.remove_end_callback(end)
+    assert float(out) == pytest.approx(float(torch.cos(torch.sin(torch.ones(4)) * 2).sum()))
+    assert seen["compiles"] >= 2 and len(engine.visited) >= 2        # f and its resume function, stepped
+    assert seen["traced while compiling"] == 0
+    assert seen["tracer while compiling"] == {"None" if not tracing.HAS_MONITORING else "[]"}

@@ -60,3 +60,31 @@ def test_repl_steps_bytecode_into_the_graph_and_back():
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 1
+
+
+def test_repl_moves_between_frames_and_runs_statements():
+    """Issue 30 item 3: up/down and statements at the bytecode prompt, on a real terminal."""
+    child = spawn()
+    child.expect(PROMPT)
+    child.sendline("b entry")
+    child.expect(PROMPT)
+    child.sendline("c")
+    child.expect(r"breakpoint · resume of f after line \d+ ")
+    child.expect(PROMPT)
+    child.sendline("u")
+    child.expect(r"── frame 1 of 1 · f \(transformed by Dynamo\) · #\d+ \[\s*\d+\] CALL")
+    child.expect(PROMPT)
+    child.sendline("x.tolist()[0]")
+    child.expect(re.escape("x.tolist()[0] = -1.0"))
+    child.expect(PROMPT)
+    child.sendline("d")
+    child.expect("── frame 0 of 1 · resume of f after line")
+    child.expect(PROMPT)
+    child.sendline("y = y * 0")
+    child.expect("ran in resume of f after line")
+    child.expect(PROMPT)
+    child.sendline("c")
+    child.expect(re.escape("out tensor([2., 2., 2., 2.])"))
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0

@@ -39,11 +39,15 @@ def group(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    from dynstep.jobs import identity
+
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    identity.reset()
     try:
         yield
     finally:
         dist.destroy_process_group()
+        identity.reset()      # this process is no job any more (dynstep finds its rank once and keeps it)
 
 
 def ddp_of(model: nn.Module):
