@@ -25,8 +25,8 @@ import torch.fx
 from dynstep import _compat
 from dynstep.core.options import switched_on
 from dynstep.ops import schema as ops
-from dynstep.report.compile_log import COMPILE_LOG
-from dynstep.report.records import KernelCount
+from dynstep.recording.compile_log import COMPILE_LOG
+from dynstep.recording.facts import KernelCount
 
 log = logging.getLogger("dynstep")
 

@@ -30,7 +30,7 @@ from dynstep.graph import info as gi
 from dynstep.graph import selectors as sel
 from dynstep.ops import schema as ops
 from dynstep.probe import fastpath
-from dynstep.probe import kernel as probe_kernel
+from dynstep.probe import registration as probe_kernel
 
 log = logging.getLogger("dynstep")
 

@@ -31,7 +31,7 @@ from dynstep.graph import info as gi
 from dynstep.graph import selectors as sel
 from dynstep.probe import switch
 from dynstep.report import plans
-from dynstep.report.compile_log import COMPILE_LOG
+from dynstep.recording.compile_log import COMPILE_LOG
 
 from . import inner as inner_mod
 from . import pause_pass, probe_pass, stats_pass

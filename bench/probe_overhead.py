@@ -257,8 +257,8 @@ def training_step(model, idx, backend, tag: str) -> Callable[[], None]:
 def part_training(quick: bool) -> dict:
     import dynstep
     from dynstep.backends import kernel_counts
-    from dynstep.report.compile_log import COMPILE_LOG
-    from dynstep.report.records import KernelCount, to_json
+    from dynstep.recording.compile_log import COMPILE_LOG
+    from dynstep.recording.facts import KernelCount, to_json
 
     out = {}
     for name, build in (("TinyGPT", tinygpt), ("GPT-2", gpt2)):

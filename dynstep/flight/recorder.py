@@ -30,7 +30,7 @@ from ..core.flight_options import FlightOptions
 from ..core.records import Snapshot
 from ..core.sites import Site
 from ..probe import rings, runtime
-from ..report.compile_log import COMPILE_LOG
+from ..recording.compile_log import COMPILE_LOG
 from ..recording.flight_facts import Trigger
 from ..recording.facts import RunInfo
 from . import triggers

@@ -27,7 +27,7 @@ from ..probe import rings
 from ..recording.facts import RunInfo
 from ..recording.flight_facts import FlightInfo, Trigger, WatchSeries, flight_json
 from ..recording.storage import save_prepared
-from ..report.compile_log import COMPILE_LOG
+from ..recording.compile_log import COMPILE_LOG
 from . import triggers
 from .replayfile import replay_files
 

@@ -17,8 +17,8 @@ def fusion_report(*, dim: int = 128, seq: int = 64, batch: int = 4) -> tuple[lis
     import torch
 
     from ..backends import kernel_counts, stats_pass
-    from ..report.compile_log import COMPILE_LOG
-    from ..report.records import KernelCount
+    from ..recording.compile_log import COMPILE_LOG
+    from ..recording.facts import KernelCount
     from .demo.model import make
 
     model, _ = make(seed=0, dim=dim, seq=seq, layers=2)

@@ -7,7 +7,7 @@ The script's own backend and mode become superstep's `inner` and `mode` (unless 
 overrides them); the script's stdout, argv, `__name__ == "__main__"` and exit code are its own.
 `torch.compile` is patched only inside `routed_compile()` and restored in `finally`.
 
-Graph breaks and recompiles are collected for the whole run (`dynstep.report.compile_log`) and
+Graph breaks and recompiles are collected for the whole run (`dynstep.recording.compile_log`) and
 shown on stderr at the end, each once with its count and user line; with ``explain=True`` each is
 shown as it happens instead. ``record=PATH`` streams every probe hit and compile event to a
 recording (`dynstep report PATH` then draws it).
@@ -120,8 +120,8 @@ def _bytecode_stepping(enabled: bool, overrides: Mapping[str, Any]) -> Iterator[
 @contextlib.contextmanager
 def _compile_events(explain: bool) -> Iterator[None]:
     """Collect compile events for the run; show them live (explain) or at the end."""
-    from ..report.compile_log import COMPILE_LOG, collecting
-    from ..report.records import CompileEvent
+    from ..recording.compile_log import COMPILE_LOG, collecting
+    from ..recording.facts import CompileEvent
     from .report_show import explain as show_one, show_compile_events
 
     seen: list[CompileEvent] = []

@@ -14,7 +14,7 @@ kernel called straight from Python, or the dispatcher for anything it must not b
 tensors, tensor subclasses, fake tensors, an active TorchDispatchMode). Without the native
 kernel, `probe` is the op itself, so a cached graph compiled in another process still runs.
 `dynstep.fastpath` is the stable import path the generated code names; it registers the
-kernels (`dynstep.probe.kernel.ensure`, which binds `probe` here) before handing `probe` out.
+kernels (`dynstep.probe.registration.ensure`, which binds `probe` here) before handing `probe` out.
 Ordering is unchanged: Inductor keeps the op an effectful extern kernel and only the text of
 its one line changes. The C++ wrapper (`cpp_wrapper=True`) keeps its own dispatcher call.
 `DYNSTEP_FAST_PROBE=0` keeps Inductor's op call (a kill switch, and the baseline of

@@ -10,8 +10,8 @@ hits that need Python (print, a non-finite value with the nan action, actions on
 implements); the rest wait in native rings (`dynstep.probe.rings`).
 
 Where hits go is plugged in, not imported: a hand-placed probe's own sink (`set_sink`), else the
-`Destination` (the sessions, connected by `dynstep.probe.kernel`); a gradient pause or
-`nan="stop"` goes to the `Stopper` the stepper connects (`dynstep.step.kernel`).
+`Destination` (the sessions, connected by `dynstep.probe.registration`); a gradient pause or
+`nan="stop"` goes to the `Stopper` the stepper connects (`dynstep.step.registration`).
 """
 
 from __future__ import annotations

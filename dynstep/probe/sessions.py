@@ -23,7 +23,7 @@ Scoping, defined and tested:
 - ``session(path=...)`` also streams every hit to a recording directory as it happens, so a run
   that crashes still leaves a loadable file.
 - While a session is open, graph breaks, recompiles and compiles are collected from torch's
-  structured trace (`dynstep.report.compile_log`); a recording keeps what the compile log got
+  structured trace (`dynstep.recording.compile_log`); a recording keeps what the compile log got
   since the session was made, plus the plans of graphs compiled before that its hits name, with
   the run's facts (compile.jsonl, run.json), whether streamed or saved.
 """
@@ -45,7 +45,7 @@ from ..graph.filter import filter_records
 from ..recording.facts import RunInfo
 from ..recording.paths import rank_path
 from ..recording.storage import Writer, save
-from ..report.compile_log import COMPILE_LOG
+from ..recording.compile_log import COMPILE_LOG
 from . import rings, runtime
 
 _active: contextvars.ContextVar[tuple["Session", ...]] = contextvars.ContextVar("dynstep_sessions",

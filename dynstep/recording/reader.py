@@ -37,7 +37,7 @@ from ..core.errors import StorageError
 from ..core.records import STAT_FIELDS, Snapshot, Stats
 from ..graph.filter import filter_records
 from ..graph.identity import fill_identities
-from ..report.compile_log import Entry
+from ..recording.compile_log import Entry
 from .facts import CompileEvent, GraphPlan, KernelCount, RunInfo, from_json
 from .files import read_regular as _read_regular
 from .files import what_is

@@ -43,7 +43,7 @@ from typing import Any
 from ..core.errors import StorageError
 from ..core.jsonsafe import json_safe
 from ..core.records import Snapshot
-from ..report.compile_log import CompileLog, Entry
+from ..recording.compile_log import CompileLog, Entry
 from .facts import GraphPlan, KernelCount, RunInfo, to_json
 from .files import read_regular
 

@@ -37,7 +37,7 @@ from ..core import wiring
 from ..core.events import Info, Stopped, emit
 from ..core.sites import SITES, Site
 from ..core.wiring import Frontend
-from ..report.compile_log import COMPILE_LOG
+from ..recording.compile_log import COMPILE_LOG
 from .commands import StepperCommands
 from .rank_commands import Coordinator, job_pause
 from .values import tensor_view, user_stack

@@ -17,8 +17,8 @@ import torch
 import dynstep
 from dynstep import _compat
 from dynstep.backends import stats_pass
-from dynstep.report.compile_log import COMPILE_LOG
-from dynstep.report.records import KernelCount
+from dynstep.recording.compile_log import COMPILE_LOG
+from dynstep.recording.facts import KernelCount
 
 pytestmark = pytest.mark.slow   # every test compiles with Inductor
 

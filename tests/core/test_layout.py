@@ -183,8 +183,8 @@ ROOMS: dict[str, set[str]] = {
     "ops": {"core", "_compat"},
     "mixed": {"core", "_compat"},
     "jobs": {"core", "_compat"},
-    # the recording format; the compile log it keeps is read from report/ until it moves in (issue 27)
-    "recording": {"core", "graph", "jobs", "dynstep.report.compile_log"},
+    # the recording format, the compile log it keeps and its collector on torch's structured trace
+    "recording": {"core", "_compat", "graph", "jobs"},
     "report": {"core", "_compat", "graph", "jobs", "recording"},
     "probe": _BELOW_PROBE,
     "crossrun": {"core", "graph", "recording"},
@@ -226,7 +226,7 @@ def test_rooms_depend_downwards():
 
 def test_the_room_rule_finds_what_it_looks_for():
     """The recording room sits below probe and report: an import of either from it is a leak."""
-    graph = {"dynstep.recording.storage": {"dynstep.probe.sessions", "dynstep.report.compile_log"},
+    graph = {"dynstep.recording.storage": {"dynstep.probe.sessions", "dynstep.recording.compile_log"},
              "dynstep.recording.reader": {"dynstep.report.model"}, "dynstep.newroom.x": set()}
     assert room_leaks(graph, ROOMS) == ["dynstep.newroom.x: room 'newroom' is not placed in ROOMS",
                                         "dynstep.recording.reader -> dynstep.report.model",

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-from dynstep.report.trace_events import event_of
+from dynstep.recording.trace_events import event_of
 from dynstep._compat import TraceRecord
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

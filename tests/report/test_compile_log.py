@@ -7,7 +7,7 @@ import logging
 import torch
 
 from dynstep._compat import TRACE_LOGGER
-from dynstep.report.compile_log import COMPILE_LOG, CompileLog, collecting
+from dynstep.recording.compile_log import COMPILE_LOG, CompileLog, collecting
 from dynstep.recording.facts import CompileEvent, GraphPlan, dedupe
 
 

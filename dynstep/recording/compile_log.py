@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Union
 
 from .. import _compat
-from .records import CompileEvent, GraphPlan, KernelCount
+from .facts import CompileEvent, GraphPlan, KernelCount
 from .trace_events import event_of
 
 Entry = Union[CompileEvent, GraphPlan, KernelCount]

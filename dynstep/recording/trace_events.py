@@ -23,7 +23,7 @@ import re
 
 from .. import _compat
 from .._compat import TraceRecord
-from .records import CompileEvent
+from .facts import CompileEvent
 
 _GB_HEAD = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\n")
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\n]+)')
