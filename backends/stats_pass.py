@@ -66,8 +66,12 @@ def enabled() -> bool:
 def fusable(site: Site) -> bool:
     """A probe whose statistics may be computed by the compiled kernels: summary is its only action
     (record, print, nan, checks and pauses need the value itself), placed by superstep. The one test
-    of which probes are fused; a summary-only site of any origin (e.g. the flight recorder's) is."""
-    return site.actions == ("summary",) and site.hand is None and site.kind in ("value", "grad")
+    of which probes are fused. An owned site (the flight recorder's: `Site.owner`) is fused with `nan`
+    too: its NaN/Inf counts go to its sink, which decides (probe/runtime.py), and the fused statistics
+    carry those counts."""
+    if site.hand is not None or site.kind not in ("value", "grad"):
+        return False
+    return site.actions == ("summary",) or bool(site.owner) and set(site.actions) == {"summary", "nan"}
 
 
 @dataclasses.dataclass

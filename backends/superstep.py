@@ -212,7 +212,7 @@ def _compile_probed(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
         return inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
                                         rewrite=lambda g, is_backward: probe_pass.direct_probe_calls(
                                             rewrite(g, is_backward=is_backward)))
-    lowering = stats_pass.Lowering(graph_id)   # summary probes computed inside Inductor's kernels
+    lowering = stats_pass.Lowering(plan.graph_id)   # summary probes computed inside Inductor's kernels
     compiled = inner_mod.compile_hooked(gm, example_inputs, opts.inner, mode=opts.mode,
                                         rewrite=lambda g, is_backward: lowering.rewrite(
                                             rewrite(g, is_backward=is_backward), is_backward),

@@ -226,3 +226,12 @@ def _regions(instructions: list[dis.Instruction], graph_calls: set[int], lines: 
         else:
             out.append("replay")
     return out
+
+
+@dataclasses.dataclass
+class Here:
+    """Where the program is stopped: the frame, its code's analysis and the next instruction."""
+
+    frame: types.FrameType
+    info: CodeInfo
+    row: Row

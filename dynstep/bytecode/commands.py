@@ -27,7 +27,7 @@ from .views import bytecode_view, decompiled_view, source_view
 
 if TYPE_CHECKING:
     from .mechanism import Mechanism
-    from .stepper import Here
+    from .code import Here
 
 ALIASES = {"s": "step", "n": "next", "c": "continue", "cont": "continue", "b": "break", "cl": "clear",
            "p": "print", "l": "list", "ll": "longlist", "src": "source", "dc": "decompiled", "bt": "backtrace",

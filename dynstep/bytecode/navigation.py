@@ -27,7 +27,7 @@ from .events import FrameSelected
 from .views import instruction_row
 
 if TYPE_CHECKING:
-    from .stepper import Here
+    from .code import Here
 
 _RETURNS = ("RETURN_VALUE", "RETURN_CONST")
 

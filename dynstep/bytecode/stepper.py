@@ -17,22 +17,13 @@ from .. import _compat
 from ..core.errors import Abort
 from ..core.events import Info, emit
 from ..step.stepper import STEPPER
-from .code import CodeInfo, Row, analyse, resume_title
+from .code import CodeInfo, Here, Row, analyse, resume_title
 from .commands import Commands
 from .events import BytecodeStopped
 from .mechanism import Mechanism
 from .navigation import is_return
 from .replay import replay_lines
 from .views import instruction_row
-
-
-@dataclasses.dataclass
-class Here:
-    """Where the program is stopped: the frame, its code's analysis and the next instruction."""
-
-    frame: types.FrameType
-    info: CodeInfo
-    row: Row
 
 
 @dataclasses.dataclass

@@ -133,8 +133,6 @@ TYPE_ONLY_CYCLES = [
     # the stepper's command mixins name Stepper and Stop, which import them (issue 27 item 1: the
     # commands become an object holding the stepper; Stop moves to core)
     ["dynstep.mixed.commands", "dynstep.step.commands", "dynstep.step.rank_commands", "dynstep.step.stepper"],
-    # the bytecode stepper's command mixin names BytecodeStepper
-    ["dynstep.bytecode.commands", "dynstep.bytecode.stepper"],
     # the heartbeat names the coordinator that starts it
     ["dynstep.jobs.coordinator", "dynstep.jobs.liveness"],
 ]
