@@ -377,7 +377,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     from dynstep.ops import native
-    from dynstep.probe import fastpath, kernel
+    from dynstep.probe import fastpath
+    from dynstep.probe import registration as kernel
 
     kernel.ensure()   # the native kernel, unless DYNSTEP_NATIVE=0
     if args.child_kernel:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from ..stages.records import StageShown
+from ..stages.stage import StageShown
 
 
 def render(event: object, c: Console) -> bool:

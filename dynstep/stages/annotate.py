@@ -18,7 +18,7 @@ import os
 import re
 
 from ..mixed import provenance
-from .records import LineMark, Stage
+from .stage import LineMark, Stage
 
 _FILE = re.compile(r"^\s*# File: (?P<file>.+?):(?P<line>\d+) in (?P<fn>.+?)(?:, code: .*)?$")
 _NODE = re.compile(r"^\s+(?P<node>[A-Za-z_]\w*)(?:: \"[^\"]*\")? = ")

@@ -21,7 +21,7 @@ import threading
 import types
 from collections.abc import Callable, Iterator
 from .. import _compat
-from .records import Stage
+from .stage import Stage
 
 LIMIT = 500
 _BY_KIND = {"dynamo_output_graph": "dynamo", "aot_joint_graph": "joint", "aot_forward_graph": "aot",

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..core.errors import StorageError
 from .annotate import note_of
 from .capture import STAGES
-from .records import Stage
+from .stage import Stage
 from .view import marks_for, stages_of
 
 FORMAT = "dynstep dump"

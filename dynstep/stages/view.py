@@ -21,7 +21,7 @@ from ..bytecode.replay import replay_lines
 from .. import _compat
 from .annotate import marks_of, node_sources, note_of
 from .capture import STAGES
-from .records import STAGE_NAMES, LineMark, Stage, StageShown
+from .stage import STAGE_NAMES, LineMark, Stage, StageShown
 
 WINDOW = 12
 

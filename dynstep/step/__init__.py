@@ -12,15 +12,3 @@
 
 Engine only: it emits typed events and asks `dynstep.core.wiring` for a front end.
 """
-
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    # `from . import kernel`: the old name of `registration`, still written by step/breakpoints.py (a
-    # file another branch of this wave edits); issue 27 item 8: remove once it names `registration`
-    if name == "kernel":
-        from . import registration
-
-        return registration
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

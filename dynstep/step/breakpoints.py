@@ -33,7 +33,7 @@ from .. import _compat
 from ..core.options import switched_off
 from ..ops import schema
 from . import bp_stops
-from . import kernel as step_kernel
+from . import registration as step_kernel
 from .compile_stop import CONTEXTS, CompileStop, Guard, LocalInfo, Scope
 
 _COMPTIME = _compat.comptime()

@@ -17,7 +17,8 @@ from dynstep import _compat
 from dynstep.core.sites import SITES
 from dynstep.ops import native as native_mod
 from dynstep.ops import schema as ops
-from dynstep.probe import fastpath, fused, kernel
+from dynstep.probe import fastpath, fused
+from dynstep.probe import registration as kernel
 
 kernel.ensure()
 native_only = pytest.mark.skipif(not _compat.has_kernel("dynstep::publish", "CPU"),

@@ -15,7 +15,7 @@ import torch
 
 import dynstep
 from dynstep.core.events import CommandFailed, CompileViewShown
-from dynstep.stages.records import StageShown
+from dynstep.stages.stage import StageShown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
