@@ -46,15 +46,19 @@ class PausePlan:
     step: bool
 
     @classmethod
-    def build(cls, opts: Options, graph_id: str) -> "PausePlan":
-        return cls(selectors=tuple(sel.parse_all(opts.pause)), graph_id=graph_id,
-                   step=opts.step or STEPPER.stop_points)
+    def build(cls, opts: Options, graph_id: str, *, everywhere: bool = False) -> "PausePlan":
+        return cls(selectors=tuple(sel.parse_all(opts.pause)), graph_id=graph_id, step=opts.step or everywhere)
 
 
-def wants_pauses(opts: Options) -> bool:
-    """Pause selectors, step=True, or a front end that asked for stop points everywhere (an editor:
-    its breakpoints come later, `STEPPER.stop_points`)."""
-    return bool(opts.pause or opts.step or STEPPER.stop_points)
+def stop_points_everywhere() -> bool:
+    """A front end asked for stop points in every graph (an editor: its breakpoints come later,
+    `STEPPER.stop_points`). Read once per compile (superstep's CompilePlan)."""
+    return bool(STEPPER.stop_points)
+
+
+def wants_pauses(opts: Options, everywhere: bool) -> bool:
+    """Pause selectors, step=True, or stop points everywhere."""
+    return bool(opts.pause or opts.step or everywhere)
 
 
 @contextlib.contextmanager

@@ -30,10 +30,10 @@ from dynstep.core.options import Options, check_environment
 from dynstep.graph import info as gi
 from dynstep.graph import selectors as sel
 from dynstep.probe import switch
-from dynstep.report import plans
+from dynstep.recording import plans
 from dynstep.recording.compile_log import COMPILE_LOG
 
-from . import inner as inner_mod
+from dynstep.compilers import inner as inner_mod
 from . import pause_pass, probe_pass, stats_pass
 
 
@@ -77,6 +77,33 @@ def checked(opts: Options) -> Options:
     return opts
 
 
+@dataclasses.dataclass(frozen=True)
+class CompilePlan:
+    """What superstep does with one graph, decided once when the compile starts (`plan_of`) and then
+    only read: the options (after the probe switch), whether the graph gets stop points (`pauses`:
+    pause selectors, `step`, or a front end that asked for stop points everywhere, read from the
+    stepper here and nowhere else) and whether its stops need a stepper (`can_stop`)."""
+
+    opts: Options
+    everywhere: bool        # stop points in every graph (a front end asked: pause_pass.stop_points_everywhere)
+    pauses: bool
+    can_stop: bool          # pauses, or nan="stop"
+
+    @property
+    def plain(self) -> bool:
+        """Nothing to place: the inner compiler gets the graph untouched."""
+        return self.opts.transparent and not self.pauses
+
+
+def plan_of(opts: Options) -> CompilePlan:
+    if (opts.probe or opts.nan or opts.flight) and not switch.specialize():
+        # dynstep.probes.disable(): this variant has no probe at all (a guard recompiles on a flip)
+        opts = dataclasses.replace(opts, probe=(), nan=None, flight=None)
+    everywhere = pause_pass.stop_points_everywhere()
+    pauses = pause_pass.wants_pauses(opts, everywhere)
+    return CompilePlan(opts, everywhere=everywhere, pauses=pauses, can_stop=pauses or opts.nan == "stop")
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
     if os.environ.get("DYNSTEP_DAP"):   # serve the Debug Adapter Protocol from the first compile on
         from dynstep.dap.api import serve_from_env
@@ -85,47 +112,47 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     if opts.diff:
         with gi.naming(gm):
             return _with_diff(gm, example_inputs, opts)
-    if (opts.probe or opts.nan or opts.flight) and not switch.specialize():
-        # dynstep.probes.disable(): this variant has no probe at all (a guard recompiles on a flip)
-        opts = dataclasses.replace(opts, probe=(), nan=None, flight=None)
-    if opts.transparent and not pause_pass.wants_pauses(opts):
-        return _plain(gm, example_inputs, opts)
-    with _kernel_provenance(opts), gi.naming(gm):
-        return _compile_instrumented(gm, example_inputs, opts)
+    plan = plan_of(opts)
+    if plan.plain:
+        return _plain(gm, example_inputs, plan.opts)
+    with _kernel_provenance(plan), gi.naming(gm):
+        return _compile_instrumented(gm, example_inputs, plan)
 
 
-def _kernel_provenance(opts: Options) -> contextlib.AbstractContextManager[None]:
+def _kernel_provenance(plan: CompilePlan) -> contextlib.AbstractContextManager[None]:
     """A graph the stepper can stop in is compiled with Inductor's node -> kernel provenance, so
     `native` at a stop names the kernel. Its cost: the compile keeps node metadata (1-2% more compile
     CPU time, docs/mixed-mode.md) and a different FX-cache key; run time and kernels unchanged."""
-    can_stop = pause_pass.wants_pauses(opts) or opts.nan == "stop"
-    if can_stop and opts.inner == "inductor":
+    if plan.can_stop and plan.opts.inner == "inductor":
         from dynstep.mixed.provenance import tracking
 
         return tracking(group="superstep")
     return contextlib.nullcontext()
 
 
-def _compile_instrumented(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options) -> Callable[..., Any]:
+def _compile_instrumented(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                          plan: CompilePlan) -> Callable[..., Any]:
+    opts = plan.opts
     graph_id = gi.graph_id(gm, _compat.current_compile_id())
     COMPILE_LOG.set_handle(graph_id, _compat.trace_handle())   # where its run-time artifacts go
-    if pause_pass.wants_pauses(opts) or opts.nan == "stop":    # `code STAGE` at its stops (dynstep.stages)
+    if plan.can_stop:    # `code STAGE` at its stops (dynstep.stages)
         from dynstep.stages.capture import STAGES
 
         STAGES.keep(_compat.current_compile_id(), lambda: gm.print_readable(print_output=False),
                     graph_id.rpartition("[")[0])
     mark = plans.sites_so_far()
-    compiled = _instrumented(gm, example_inputs, opts, graph_id)
+    compiled = _instrumented(gm, example_inputs, plan, graph_id)
     _publish_plan(gm, graph_id, opts, mark)
     return compiled
 
 
-def _instrumented(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options,
+def _instrumented(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], plan: CompilePlan,
                   graph_id: str) -> Callable[..., Any]:
-    if pause_pass.wants_pauses(opts) or opts.nan == "stop":
+    opts = plan.opts
+    if plan.can_stop:
         pause_pass.configure_stepper(opts)
-    if pause_pass.wants_pauses(opts):
-        compiled = _with_pauses(gm, example_inputs, opts, graph_id)
+    if plan.pauses:
+        compiled = _with_pauses(gm, example_inputs, plan, graph_id)
         if compiled is not None:
             return compiled
     return _with_probes(gm, example_inputs, opts, graph_id)
@@ -159,15 +186,16 @@ def _plain(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Option
     return inner_mod.compile_plain(gm, example_inputs, opts.inner, mode=opts.mode)
 
 
-def _with_pauses(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: Options,
+def _with_pauses(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], compile_plan: CompilePlan,
                  graph_id: str) -> Callable[..., Any] | None:
     """Stop points (before the probes: a probe on the same node then sees the value as computed).
 
     A pause-only graph compiles twice, with and without stop points, and runs the variant the
     stepper needs per call; otherwise the probes go into the same graph (None: carry on)."""
+    opts = compile_plan.opts
     pause_only = not (opts.probe or opts.diff or opts.nan or opts.grads or opts.flight)
     quiet = pause_pass.copy_graph_module(gm) if pause_only else None
-    plan = pause_pass.PausePlan.build(opts, graph_id)
+    plan = pause_pass.PausePlan.build(opts, graph_id, everywhere=compile_plan.everywhere)
     sites = pause_pass.insert_pauses(gm, plan)
     if quiet is not None:
         if not sites:   # no stop point matched here: compiled exactly as without superstep

@@ -44,7 +44,7 @@ def rung_name(backend: str | Callable[..., Any], mode: str | None) -> str:
 def compile_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], backend: str | Callable[..., Any], *,
                   mode: str | None = None, options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """`options` as torch.compile takes them: Inductor config for "inductor", `options=` for a callable."""
-    from dynstep.backends import inner
+    from ..compilers import inner
 
     if options and backend == "inductor":
         from .._compat.bisector import inductor_with_options

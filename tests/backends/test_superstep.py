@@ -266,3 +266,33 @@ def test_a_checkpointed_module_is_probed_at_what_it_returns_and_inside_is_named(
         cm(x).sum().backward()
     (snap,) = s.records("module:b0")
     assert snap.module == "b0" and torch.equal(snap.tensor, net.b0(x).detach())
+
+
+def test_the_compile_decision_is_one_frozen_plan(monkeypatch):
+    """Issue 27 item 7: superstep decides once per compile what it does with a graph (options after the
+    probe switch, stop points, whether a stepper answers), reading the stepper's `stop_points` once."""
+    import dataclasses
+
+    from dynstep.backends.superstep import plan_of
+    from dynstep.core.options import Options
+    from dynstep.probe import switch
+    from dynstep.step.stepper import STEPPER
+
+    monkeypatch.delenv("DYNSTEP_PAUSE", raising=False)
+    monkeypatch.delenv("DYNSTEP_PROBE", raising=False)
+    monkeypatch.setattr(switch, "specialize", lambda: True)   # outside a compile: no guard to add
+    assert plan_of(Options.from_mapping({}, environ={})).plain
+    paused = plan_of(Options.from_mapping({"pause": ["op:mm"]}, environ={}))
+    assert paused.pauses and paused.can_stop and not paused.plain and not paused.everywhere
+    nan_stop = plan_of(Options.from_mapping({"nan": "stop"}, environ={}))
+    assert nan_stop.can_stop and not nan_stop.pauses
+    monkeypatch.setattr(STEPPER, "stop_points", True)   # an editor asked for stop points everywhere
+    everywhere = plan_of(Options.from_mapping({}, environ={}))
+    assert everywhere.everywhere and everywhere.pauses and not everywhere.plain
+    monkeypatch.setattr(STEPPER, "stop_points", False)  # later changes do not reach a plan already made
+    assert everywhere.pauses
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        everywhere.pauses = False  # type: ignore[misc]
+    monkeypatch.setattr(switch, "specialize", lambda: False)   # dynstep.probes.disable(): no probe at all
+    off = plan_of(Options.from_mapping({"probe": ["op:mm"], "nan": "raise"}, environ={}))
+    assert off.opts.probe == () and off.opts.nan is None and off.plain

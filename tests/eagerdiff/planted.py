@@ -23,7 +23,7 @@ def _planted(gm: torch.fx.GraphModule, op: str, module: str) -> torch.fx.Node:
 
 def _rewrite(kind: str, op: str, module: str, make, inner: str = "eager"):
     def backend(gm: torch.fx.GraphModule, example_inputs):
-        from dynstep.backends.inner import compile_plain
+        from dynstep.compilers.inner import compile_plain
 
         try:
             node = _planted(gm, op, module)
@@ -86,7 +86,7 @@ def plant_nan(op: str, module: str, inner: str = "eager"):
 def perturb_nth(index: int, eps: float = 1e-2, inner: str = "eager"):
     """Add `eps` to the output of the index-th op in execution order (for graphs of one repeated op)."""
     def backend(gm: torch.fx.GraphModule, example_inputs):
-        from dynstep.backends.inner import compile_plain
+        from dynstep.compilers.inner import compile_plain
 
         node = [n for n in gm.graph.nodes if gi.is_value_node(n)][index]
         _after(gm.graph, node, torch.add, eps)
@@ -102,7 +102,7 @@ def perturb_unprobed(eps: float = 1e-2, inner: str = "eager"):
     """Add `eps` to the last op's output, but only in a graph with one output: the bug vanishes as
     soon as any value is probed (a stand-in for a fusion-dependent miscompile)."""
     def backend(gm: torch.fx.GraphModule, example_inputs):
-        from dynstep.backends.inner import compile_plain
+        from dynstep.compilers.inner import compile_plain
 
         output = next(n for n in gm.graph.nodes if n.op == "output")
         flat = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
