@@ -27,6 +27,7 @@ import torch.fx
 from dynstep import _compat
 from dynstep.core.options import Options
 from dynstep.core.records import GraphRow
+from dynstep.core.stop import StepConfig
 from dynstep.core.sites import SITES, Site, UserLine
 from dynstep.graph import info as gi
 from dynstep.graph import selectors as sel
@@ -75,7 +76,7 @@ def commands_of(per_call: bool):
 def configure_stepper(opts: Options) -> None:
     """Tell the stepper who answers stops (pauses, steps, nan="stop") for graphs compiled with opts."""
     step_registration.ensure()
-    STEPPER.configure(frontend=opts.frontend, commands=opts.commands, step=opts.step, per_call=_PER_CALL.get())
+    STEPPER.configure(StepConfig(opts.frontend, opts.commands, opts.step, per_call=_PER_CALL.get()))
     _coordinate(opts)
 
 
@@ -85,7 +86,7 @@ def _coordinate(opts: Options) -> None:
     from dynstep.jobs.coordinator import for_job
 
     if STEPPER.coordinator is None:
-        STEPPER.coordinator = for_job(opts.ranks)
+        STEPPER.use_coordinator(for_job(opts.ranks))
     elif opts.ranks is not None:
         STEPPER.coordinator.set_ranks(opts.ranks)
 

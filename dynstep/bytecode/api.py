@@ -65,13 +65,12 @@ def step_bytecode(*, commands: str | None = None, frontend: str | None = None,
     if shared is None:
         emit(Info("dynstep: stdin is not a terminal and no commands were given (commands=, DYNSTEP_COMMANDS); "
                   "step_bytecode() will not stop"))
-    saved = (STEPPER.config, STEPPER.frontend, STEPPER.detached, STEPPER.mode)
+    saved = STEPPER.front_state()
 
     def share() -> None:
         # the runtime stepper answers node stops through the same front end (one command queue);
         # its config key is what superstep's step=True options give, so compiling keeps it
-        STEPPER.config, STEPPER.frontend = (frontend, commands, True), shared
-        STEPPER.detached = shared is None or engine.detached
+        STEPPER.share_front(frontend, commands, shared, detached=shared is None or engine.detached)
 
     share()
     routing = _compat.wrap_dynamo_compiler(_through_superstep(frontend, commands, share)) if route \
@@ -82,7 +81,7 @@ def step_bytecode(*, commands: str | None = None, frontend: str | None = None,
             yield engine
     finally:
         _ACTIVE = None
-        STEPPER.config, STEPPER.frontend, STEPPER.detached, STEPPER.mode = saved
+        STEPPER.restore_front(saved)
 
 
 def _front_end_args(commands: str | None, frontend: str | None) -> tuple[str | None, str | None]:

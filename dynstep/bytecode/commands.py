@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import _compat
+from ..core.command_table import BYTECODE_STOP
 from ..core.commands import names as command_names_of
 from ..core.errors import Abort
 from ..core.events import Evaluated, Info, Resumed, emit
@@ -29,14 +30,12 @@ if TYPE_CHECKING:
     from .mechanism import Mechanism
     from .code import Here
 
-ALIASES = {"s": "step", "n": "next", "c": "continue", "cont": "continue", "b": "break", "cl": "clear",
-           "p": "print", "l": "list", "ll": "longlist", "src": "source", "dc": "decompiled", "bt": "backtrace",
-           "where": "backtrace", "w": "backtrace", "q": "quit", "exit": "quit", "h": "help", "?": "help",
-           "u": "up", "d": "down", "r": "return"}
+ALIASES = BYTECODE_STOP.aliases   # the one table of this set's commands: dynstep/core/command_table.py
 
 
 class Commands(FrameCommands):
     aliases = ALIASES
+    without_stop = BYTECODE_STOP.without_stop
     current: "Here | None"
     mechanism: "Mechanism"
     mode: str

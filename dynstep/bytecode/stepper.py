@@ -162,10 +162,9 @@ class BytecodeStepper(Commands):
     def _enter_graph(self, frame: types.FrameType, *, stepping_in: bool) -> None:
         self.graph_call = _GraphCall(frame, sum(STEPPER.hits.values()), stepping_in)
         if stepping_in:
-            STEPPER.detached = False
-            STEPPER.mode = "step"
+            STEPPER.resume("step")
         elif STEPPER.mode in ("step", "next"):
-            STEPPER.mode = "run"   # superstep's step=True asks for a stop at the first node; we decide here
+            STEPPER.resume("run")   # superstep's step=True asks for a stop at the first node; we decide here
 
     def _back_from_graph(self, frame: types.FrameType) -> tuple[str | None, str]:
         call = self.graph_call
@@ -176,14 +175,14 @@ class BytecodeStepper(Commands):
         if not call.stepping_in:
             return None, ""
         if not ran_steps:
-            STEPPER.mode = "run"
+            STEPPER.resume("run")
             return "step", ("the graph ran without stopping: it has no step points (it was compiled before "
                             "step_bytecode() started; torch.compiler.reset() or a recompile inside the context "
                             "gives it some)")
         if STEPPER.mode == "run":          # `c` inside the graph: keep running here too
             self.mode = "continue"
             return None, ""
-        STEPPER.mode = "run"
+        STEPPER.resume("run")
         self.mode = "step"
         self.step_count = 0
         return "return-from-graph", "back from the compiled graph"
@@ -218,7 +217,7 @@ class BytecodeStepper(Commands):
         self.detached = True
         self.mode = "continue"
         if STEPPER.frontend is self.frontend:
-            STEPPER.detached, STEPPER.mode = True, "run"
+            STEPPER.detach()
         emit(Info(why))
 
     def add_line_break(self, info: CodeInfo, file: str, line: int) -> bool:

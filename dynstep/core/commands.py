@@ -40,7 +40,12 @@ class CommandSet:
         if not line:
             return False
         name, _, arg = line.partition(" ")
-        name = self.aliases.get(name, name)
+        return self.run_command(self.aliases.get(name, name), arg.strip(), line=line)
+
+    def run_command(self, name: str, arg: str = "", *, line: str | None = None) -> bool:
+        """A command by its full name as its table names it (`dynstep.core.command_table`), with no
+        line to parse: what a DAP resume request runs. True when it resumes the program."""
+        line = line if line is not None else f"{name} {arg}".strip()
         method = getattr(self, f"cmd_{name}", None)
         if method is None:
             emit(CommandFailed(line, f"unknown command {name!r}; commands: {', '.join(names(type(self)))} "
@@ -50,7 +55,7 @@ class CommandSet:
             emit(CommandFailed(line, f"{name!r} needs a stop; the program is not paused"))
             return False
         try:
-            return bool(method(arg.strip()))
+            return bool(method(arg))
         except Abort:
             raise
         except Exception as exc:   # a typo in an expression must not take the program down

@@ -22,7 +22,7 @@ import logging
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 log = logging.getLogger("dynstep")
 
@@ -30,25 +30,32 @@ GROUP = "dynstep.frontends"
 Sink = Callable[[object], None]
 
 
-class Frontend(Protocol):
-    """Answers a stop: shows it and feeds command lines to `stepper.execute` until one resumes.
+class Frontend:
+    """Answers a stop: shows it and feeds command lines to `stepper.execute` until one resumes. Every
+    front end derives from it; each optional ability is declared here with the default the steppers
+    rely on, so they call it without asking whether it is there.
 
-    `stepper` is dynstep.step.stepper.Stepper (or the bytecode stepper) and `stop` its `Stop`; core
-    sits below them and names neither, not even for type checkers (tests/core/test_layout.py counts
-    imports under TYPE_CHECKING as edges too).
-
-    Optional: `read(prompt) -> str | None` (one command line: the compile-time stop of
-    dynstep.breakpoint() reads its commands through it), or `compile_stop(stop, fake_locals)` (a
-    front end that answers that stop its own way, e.g. a debugger frame holding the fake locals).
+    `stepper` is dynstep.step.stepper.Stepper (or the bytecode stepper) and `stop` a
+    `dynstep.core.stop.Stop` (None at a bytecode stop).
     """
 
-    def run(self, stepper: Any, stop: Any) -> None: ...
+    shares_terminal = False   # a distributed job: one paused rank at a time talks to the terminal
+    reads_lines = False       # `read` gives command lines (the compile-time stop reads its commands so)
 
+    def run(self, stepper: Any, stop: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} answers no stop")
 
-class LineReader(Protocol):
-    """A front end that can also read single command lines (compile-time stops use it)."""
+    def decide(self, stepper: Any, stop: Any) -> str | None:
+        """The stop's reason as shown, or None to decline it (conditions, hit counts, logpoints)."""
+        return stop.reason
 
-    def read(self, prompt: str) -> str | None: ...
+    def read(self, prompt: str) -> str | None:
+        """One command line (None: no more). Used when `reads_lines`."""
+        return None
+
+    def compile_stop(self, stop: Any, fake_locals: dict[str, Any]) -> None:
+        """dynstep.breakpoint()'s compile-time stop answered its own way (a debugger frame holding the
+        fake locals), for a front end that does not read lines; the default lets the compile go on."""
 
 
 FrontendFactory = Callable[[str | None, str | None], "Frontend | None"]

@@ -83,8 +83,7 @@ def _install(server: DapServer) -> None:
     _saved = (previous_sink, wiring.current_frontend_factory())
     wiring.install_sink(OutputSink(server, previous_sink))
     wiring.install_frontend_factory(lambda kind, commands: frontend)
-    STEPPER.stop_points = True
-    STEPPER.frontend, STEPPER.detached = None, False
+    STEPPER.serve_everywhere(True)
 
 
 def stop_serving(exit_code: int | None = None) -> None:
@@ -99,8 +98,7 @@ def stop_serving(exit_code: int | None = None) -> None:
     if saved is not None:
         wiring.install_sink(saved[0])   # type: ignore[arg-type]
         wiring.install_frontend_factory(saved[1])   # type: ignore[arg-type]
-    STEPPER.stop_points = False
-    STEPPER.frontend = None
+    STEPPER.serve_everywhere(False)
 
 
 def _at_exit() -> None:

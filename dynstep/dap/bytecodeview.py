@@ -6,9 +6,9 @@ transformed function itself on the user's line, and its callers). The stack fram
 `instructionPointerReference`, so VS Code's disassembly view works: `disassemble` answers with the
 code object's instructions. Scopes: the frame's locals and its real value stack.
 
-Stepping (the adapter maps it): stepIn and next with instruction granularity run one instruction
-(at the graph call: into the graph, node by node); next runs to the next line or part of
-Dynamo's output; continue and stepOut run on.
+Stepping (`BYTECODE_STOP` in dynstep/core/command_table.py maps it): stepIn and next with
+instruction granularity run one instruction (at the graph call: into the graph, node by node); next
+runs to the next line or part of Dynamo's output; continue and stepOut run on.
 """
 
 from __future__ import annotations
@@ -116,13 +116,6 @@ class BytecodeStopView(View):
                         "presentationHint": "invalid"}
             out.append(item)
         return {"instructions": out}
-
-
-def resume_command(command: str, args: dict[str, Any]) -> str:
-    """The bytecode stepper's command for a DAP resume request."""
-    if command == "stepIn" or (command == "next" and args.get("granularity") == "instruction"):
-        return "step"
-    return "next" if command == "next" else "continue"
 
 
 def _code_key(code: types.CodeType) -> str:

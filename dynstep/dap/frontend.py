@@ -6,7 +6,8 @@
                             declines the stop (a logpoint logs and the program runs on)
     run(stepper, stop)      `stopped`, then the client's requests on the program thread until it
                             resumes: continue -> c, next -> s (the next node), stepIn -> n (into the
-                            next graph), stepOut -> out (the next graph call)
+                            next graph), stepOut -> out (the next graph call): `NODE_STOP` in
+                            dynstep/core/command_table.py, the table the REPL and attach read too
     compile_stop(...)       dynstep.breakpoint()'s compile-time stop (reason "compile-time")
 
 With no client attached it declines every stop: the program runs as if no debugger were there,
@@ -23,10 +24,12 @@ import torch
 
 from .. import _compat
 from ..bytecode.stepper import BytecodeStepper
+from ..core.command_table import BYTECODE_STOP, NODE_STOP
+from ..core.wiring import Frontend
 from ..core.errors import Abort
 from ..step.compile_stop import CompileStop
 from ..step.stepper import STEPPER, Stepper, Stop
-from .bytecodeview import BytecodeStopView, resume_command
+from .bytecodeview import BytecodeStopView
 from .compileview import CompileStopView
 from .stopview import StopView, python_frames
 from .texts import event_text
@@ -36,10 +39,10 @@ if TYPE_CHECKING:
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIP_DIRS = (os.path.dirname(torch.__file__), _PKG, os.path.join(os.path.dirname(_PKG), "backends"))
-STEPPER_COMMAND = {"continue": "continue", "next": "step", "stepIn": "next", "stepOut": "out"}   # DAP -> stepper
 
 
-class DapFrontend:
+
+class DapFrontend(Frontend):
     def __init__(self, server: "DapServer") -> None:
         self.server = server
         self._pending = threading.local()
@@ -79,7 +82,7 @@ class DapFrontend:
         if command == "terminate":
             raise Abort(f"terminated by the debug client at node {stop.site.node} ({stop.site.target}) in graph "
                         f"{stop.site.graph}, {stop.site.source or 'no source line'}")
-        stepper.execute(STEPPER_COMMAND[command])
+        stepper.run_command(NODE_STOP.for_request(command))   # the command the request means (core/command_table.py)
 
     def _bytecode_stop(self, stepper: BytecodeStepper) -> None:
         """A stop before an instruction of Dynamo's bytecode; without a client the program runs on."""
@@ -95,7 +98,7 @@ class DapFrontend:
         command, args = server.hold(view, body)
         if command == "terminate":
             raise Abort(f"terminated by the debug client at {here.row.text()} in {here.info.title}")
-        stepper.execute(resume_command(command, args))
+        stepper.run_command(BYTECODE_STOP.for_request(command, args))
 
     def compile_stop(self, stop: CompileStop, fakes: dict[str, Any]) -> None:
         if not self.server.attached():

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..core.command_table import NODE_STOP
 from ..core.events import use_sink
 from ..step.stepper import Stepper, Stop
 from .protocol import DapError
@@ -39,7 +40,7 @@ from .variables import Handles, MappingChildren, expandable, short, type_name
 
 __all__ = ["NodeFrame", "PyFrame", "View", "StopView", "python_frames"]
 
-RESUME_COMMANDS = frozenset({"continue", "c", "cont", "step", "s", "next", "n", "out", "quit", "q", "exit"})
+RESUME_COMMANDS = NODE_STOP.words(NODE_STOP.resuming | {"quit"})   # the debugger's buttons do these
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,9 +206,10 @@ class StopView(View):
         return self.stop.value if name in self.stop.names() else self.stop.inputs.get(name)
 
     def _run_set(self, name: str, expr: str) -> None:
-        """`set NAME = EXPR` itself: its answer goes to the client as output, its refusal is the error."""
+        """What `set NAME = EXPR` does, called with the name and the evaluated value (no command line in
+        between): its answer goes to the client as output, its refusal is the error."""
         try:
-            self.stepper.cmd_set(f"{name} = {expr}")
+            self.stepper.assign(name, self.stepper.evaluate(expr))
         except ValueError as exc:
             raise DapError(str(exc)) from None
         except Exception as exc:
@@ -298,8 +300,8 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
 
 
-COMMAND_WORDS = frozenset({"set", "record", "where", "w", "graph", "g", "help", "h", "break", "b", "clear", "cl",
-                           "watch", "ranks"} | RESUME_COMMANDS)
+COMMAND_WORDS = NODE_STOP.words({"set", "record", "where", "graph", "help", "break", "clear", "watch",
+                                 "ranks"}) | RESUME_COMMANDS
 _TO_RANK = re.compile(r"^[a-z]+@[0-9]+$")   # p@1, set@0: a command for another rank (distributed runs)
 
 

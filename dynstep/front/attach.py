@@ -25,12 +25,11 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from ..core.command_table import NODE_STOP
 from ..dap.api import parse_address
 from ..dap.client import ClientError, DapClient
 
 PROMPT = "(dynstep) "
-RESUME = {"c": "continue", "cont": "continue", "continue": "continue", "s": "next", "step": "next",
-          "n": "stepIn", "next": "stepIn", "out": "stepOut"}
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -136,10 +135,11 @@ class AttachSession:
             if not line:
                 continue
             word, _, arg = line.partition(" ")
-            if word in RESUME:
-                self.client.request(RESUME[word], {"threadId": self.thread_id})
+            request = NODE_STOP.request_for(word)   # s -> next, n -> stepIn, ... (core/command_table.py)
+            if request is not None:
+                self.client.request(request, {"threadId": self.thread_id})
                 return True
-            if word in ("q", "quit", "exit"):
+            if NODE_STOP.name_of(word) == "quit":
                 self.client.request("terminate")
                 return True
             if word == "detach":

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from ..core.commands import split_commands
 from ..core.errors import Abort
 from ..core.events import CommandFailed, CommandRead, emit
+from ..core.wiring import Frontend
 from ..jobs.identity import current as current_identity
 
 if TYPE_CHECKING:
-    from ..core.wiring import Frontend
     from ..step.stepper import Stepper, Stop
 
 
@@ -50,10 +50,11 @@ def make_frontend(kind: str | None, commands: str | None) -> "Frontend | None":
     return None
 
 
-class ScriptFrontend:
+class ScriptFrontend(Frontend):
     """Feeds a fixed list of commands across all stops of the run, in order."""
 
     shares_terminal = True   # a distributed job: one paused rank at a time talks to the terminal
+    reads_lines = True
 
     def __init__(self, script: str) -> None:
         self.queue = collections.deque(split_commands(script))
@@ -77,7 +78,7 @@ class ScriptFrontend:
                 return
 
 
-class PdbFrontend:
+class PdbFrontend(Frontend):
     """Calls `sys.breakpointhook()` with the stop's tensors as the frame's locals.
 
     In the debugger: `value` is the live tensor (in-place edits such as `value.clamp_(-1, 1)`

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .text import tensor_text
+from ..core.wiring import Frontend
 from ..core.events import (CommandFailed, CommandRead, CompileViewShown, Evaluated, GraphShown, HelpShown, Info, Resumed, Stopped,
                      WhereShown)
 
@@ -32,10 +33,11 @@ HISTORY = os.path.expanduser("~/.dynstep_history")
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-class ReplFrontend:
+class ReplFrontend(Frontend):
     """Reads commands from the terminal with `readline` (editing and history) until one resumes."""
 
     shares_terminal = True   # a distributed job: one paused rank at a time talks to the terminal
+    reads_lines = True
 
     def __init__(self) -> None:
         self._readline = _setup_readline()

@@ -89,8 +89,7 @@ def _interrupt_steps() -> Iterator[None]:
         stepping = any(s.kind == "pause" for s in SITES.all())
         if not stepping or STEPPER.mode == "step" or STEPPER.current is not None:
             raise KeyboardInterrupt
-        STEPPER.detached = False
-        STEPPER.mode = "step"
+        STEPPER.resume("step")
         print("\ndynstep: interrupted; stopping at the next node (Ctrl-C again to stop the program)",
               file=sys.stderr)
 

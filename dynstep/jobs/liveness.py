@@ -14,14 +14,27 @@ import atexit
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.events import Info, emit
 from ..core.options import env_value
 from .store import counter, read
 
 if TYPE_CHECKING:
-    from .coordinator import Coordinator
+    from .identity import Identity
+
+
+class Coordinator(Protocol):
+    """What a rank's wait needs of the coordinator that starts it (jobs/coordinator.py's Coordinator)."""
+
+    ident: "Identity | None"
+    store: Any
+
+    def raise_timeout(self) -> None: ...
+
+    def restore_timeout(self) -> None: ...
+
+    def quit_all(self, reason: str, code: int = ..., *, gone: int = 0) -> BaseException: ...
 
 PERIOD = 1.0
 

@@ -8,7 +8,7 @@ dynstep/step/commands.py calls `native`; the engine API behind it is `lookup.nat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..core.events import emit
 from .events import NativeShown, NativeTrapped
@@ -16,12 +16,20 @@ from .lookup import native_report
 from .trap import trap
 
 if TYPE_CHECKING:
-    from ..step.stepper import Stepper
+    from ..core.stop import Stop
 
 USAGE = "usage: native | native break [N]   (N: only the N-th kernel `native` lists)"
 
 
-def native(stepper: "Stepper", arg: str) -> bool:
+class AtStop(Protocol):
+    """What `native` needs of the stepper: its stop, and `continue` after the trap."""
+
+    current: "Stop | None"
+
+    def cmd_continue(self, arg: str) -> bool: ...
+
+
+def native(stepper: AtStop, arg: str) -> bool:
     """Run `native [break [N]]` at the stepper's current stop; True when the program resumes."""
     stop = stepper.current
     assert stop is not None

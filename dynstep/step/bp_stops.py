@@ -20,6 +20,7 @@ from ..core import wiring
 from ..core.errors import OptionsError
 from ..core.events import CompileViewShown, Info, Warning_, emit
 from ..core.options import parse_ranks
+from ..core.stop import StepConfig
 from ..core.sites import SITES, Site
 from .compile_stop import CONTEXTS, CompileStop, CompileStopCommands, Scope
 from .rank_commands import job_pause
@@ -32,13 +33,13 @@ _lock = threading.Lock()
 
 def configure(*, frontend: str | None = None, commands: str | None = None, step: bool = False) -> None:
     """Choose the front end for breakpoints and pauses: ``dynstep.configure(commands="locals; c; p h; c")``."""
-    STEPPER.configure(frontend=frontend, commands=commands, step=step)
+    STEPPER.configure(StepConfig(frontend, commands, step))
 
 
 def _stepper():
     if STEPPER.config is None:
-        STEPPER.configure(frontend=os.environ.get("DYNSTEP_FRONTEND") or None,
-                          commands=os.environ.get("DYNSTEP_COMMANDS") or None, step=False)
+        STEPPER.configure(StepConfig(os.environ.get("DYNSTEP_FRONTEND") or None,
+                                     os.environ.get("DYNSTEP_COMMANDS") or None))
     return STEPPER
 
 
@@ -55,7 +56,7 @@ def present_compile_stop(stop: CompileStop, fakes: dict[str, Any], scope: Scope 
     if frontend is None:
         return
     info = {"node": f"compile-time stop {stop.location}", "graph": f"compile {stop.compile_id}", "source": stop.location}
-    with job_pause(coord, info, None, turn=getattr(frontend, "shares_terminal", False), follow=False):
+    with job_pause(coord, info, None, turn=frontend.shares_terminal, follow=False):
         _answer_compile_stop(stepper, frontend, stop, fakes, scope)   # `step --all` does not reach a compile-time stop
 
 
@@ -63,15 +64,12 @@ def _answer_compile_stop(stepper: Any, frontend: Any, stop: CompileStop, fakes: 
                          scope: Scope | None) -> None:
     cmds = CompileStopCommands(stop, fakes, scope)
     emit(CompileViewShown(cmds.header()))
-    read = getattr(frontend, "read", None)
-    if read is None:   # pdb and other debuggers: a frame holding what `p` names there, if they offer one
-        compile_stop = getattr(frontend, "compile_stop", None)
-        if compile_stop is not None:
-            with scope.quiet() if scope is not None else contextlib.nullcontext():   # looking adds no guard
-                compile_stop(stop, {**fakes, **(scope.names if scope is not None else {})})
+    if not frontend.reads_lines:   # pdb and other debuggers: a frame holding what `p` names there
+        with scope.quiet() if scope is not None else contextlib.nullcontext():   # looking adds no guard
+            frontend.compile_stop(stop, {**fakes, **(scope.names if scope is not None else {})})
         return
     while True:
-        line = read(COMPILE_PROMPT)
+        line = frontend.read(COMPILE_PROMPT)
         if line is None:
             stepper.detach("dynstep: no more commands at the compile-time stop; continuing to the end")
             return

@@ -17,6 +17,7 @@ import torch
 
 from ..core.errors import Abort, SelectorError
 from ..core.events import CompileView, CompileViewShown, Evaluated, GraphShown, Info, Resumed, WhereShown, emit
+from ..core.command_table import NODE_STOP
 from ..core.records import Snapshot
 from ..core.sites import SITES
 from ..graph import selectors as sel
@@ -29,15 +30,14 @@ from .rank_commands import RankCommands
 from .values import tensor_view, value_text
 
 if TYPE_CHECKING:
-    from .stepper import Stop
+    from ..core.stop import Stop
 
-ALIASES = {"c": "continue", "cont": "continue", "s": "step", "n": "next", "p": "print", "w": "where",
-           "g": "graph", "b": "break", "cl": "clear", "q": "quit", "exit": "quit", "h": "help", "?": "help"}
+ALIASES = NODE_STOP.aliases   # the one table of this set's commands: dynstep/core/command_table.py
 
 
 class StepperCommands(RankCommands):
     aliases = ALIASES
-    without_stop = frozenset({"help", "break", "clear", "watch"})
+    without_stop = NODE_STOP.without_stop
     current: "Stop | None"
     mode: str
     next_graph: str
@@ -107,13 +107,18 @@ class StepperCommands(RankCommands):
 
     def cmd_set(self, arg: str) -> None:
         """set NAME = EXPR: set value = EXPR replaces the value here; every later node sees it."""
-        stop = self.current
-        assert stop is not None
         name, eq, expr = arg.partition("=")
         name = name.strip()
         if not eq or not name.isidentifier() or not expr.strip():
             raise ValueError("usage: set NAME = EXPR   (set value = value.clamp(-1, 1))")
-        result = self.evaluate(expr.strip())
+        self.assign(name, self.evaluate(expr.strip()))
+
+    def assign(self, name: str, result: Any) -> None:
+        """`set NAME = ...` with the value in hand (the DAP's setVariable calls it directly): the node's
+        value or a writable input replaced, an input the program owns refused, any other name bound."""
+        stop = self.current
+        if stop is None:
+            raise ValueError(f"cannot set {name!r}: the program is not stopped")
         if name in stop.names():
             self.write_value(stop, result)
             emit(Info(f"{stop.site.node} ({', '.join(stop.names())}) replaced; later nodes see the new value"))

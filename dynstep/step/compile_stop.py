@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..core.command_table import COMPILE_STOP
 from ..core.commands import CommandSet
 from ..core.commands import names as command_names_of
 from ..core.errors import Abort
@@ -111,8 +112,8 @@ CONTEXTS = CompileContexts()
 class CompileStopCommands(CommandSet):
     """Commands at a compile-time stop. Each `cmd_<name>` docstring is its help."""
 
-    aliases = {"c": "continue", "p": "print", "l": "locals", "g": "graph", "q": "quit", "h": "help",
-               "where": "bt", "w": "bt"}
+    aliases = COMPILE_STOP.aliases   # the one table of this set's commands: dynstep/core/command_table.py
+    without_stop = COMPILE_STOP.without_stop
 
     def __init__(self, stop: CompileStop, fake_locals: dict[str, Any] | None = None,
                  scope: Scope | None = None) -> None:

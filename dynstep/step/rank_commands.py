@@ -20,7 +20,7 @@ from ..core.events import CommandFailed, Info, emit, use_sink
 
 if TYPE_CHECKING:
     from ..core.sites import Site
-    from .stepper import Stop
+    from ..core.stop import Stop
 
 FORWARDED = frozenset({"print", "set", "where", "graph", "record", "help", "watch"})
 

@@ -23,7 +23,6 @@ method may decline a stop or rename its reason (conditions, logpoints) before it
 from __future__ import annotations
 
 import collections
-import dataclasses
 import math
 import threading
 import weakref
@@ -36,30 +35,12 @@ from ..core import commands as commandset
 from ..core import wiring
 from ..core.events import Info, Stopped, emit
 from ..core.sites import SITES, Site
+from ..core.stop import StepConfig, Stop
 from ..core.wiring import Frontend
 from ..recording.compile_log import COMPILE_LOG
 from .commands import StepperCommands
 from .rank_commands import Coordinator, job_pause
 from .values import tensor_view, user_stack
-
-
-@dataclasses.dataclass
-class Stop:
-    """The stop in progress: the live tensor (the op's own buffer) and what surrounds it."""
-
-    site: Site
-    value: torch.Tensor
-    inputs: dict[str, torch.Tensor]
-    reason: str
-    call: int
-    writable: bool
-    stack: tuple[str, ...]
-    note: str = ""
-    writable_inputs: frozenset[str] = frozenset()   # inputs `set NAME = ...` may overwrite (breakpoints)
-
-    def names(self) -> tuple[str, ...]:
-        """Every name bound to the stopped value itself."""
-        return tuple(dict.fromkeys(n for n in ("value", self.site.node, self.site.user_name) if n))
 
 
 class Stepper(StepperCommands):
@@ -76,8 +57,7 @@ class Stepper(StepperCommands):
         self.stop_points = False
         self.detached = False
         self.frontend: Frontend | None = None
-        self.config: tuple[str | None, str | None, bool] | None = None
-        self.per_call = False                          # scripted commands came from a torch.compile call's options
+        self.config: StepConfig | None = None
         self.owner: weakref.ref[Any] | None = None   # the torch.compile call the script runs for
         self.breakpoints: dict[str, set[int]] = {}
         self.external_breaks: dict[str, frozenset[int]] = {}
@@ -90,19 +70,23 @@ class Stepper(StepperCommands):
         self.nan_stopped = False
         self.coordinator: Coordinator | None = None   # a distributed job's lockstep (plugged in by superstep)
 
-    def configure(self, *, frontend: str | None, commands: str | None, step: bool, per_call: bool = False) -> None:
+    @property
+    def per_call(self) -> bool:
+        """The scripted commands came from a torch.compile call's options."""
+        return self.config is not None and self.config.per_call
+
+    def configure(self, config: StepConfig) -> None:
         """Called by the pause pass for each graph; a new front-end configuration starts a new script.
 
         `per_call`: the commands came from a torch.compile call's options; each such call runs them
         from the start (a second torch.compile with the same commands, after torch._dynamo.reset() or
         in a loop over models: follow_call), the graphs and calls of one compiled function share them.
         Commands from the environment (`dynstep run --commands`) are one script for the run."""
-        key = (frontend, commands, step)
-        if key == self.config and per_call == self.per_call:
+        if config == self.config:
             return
-        self.config, self.frontend, self.detached = key, None, False
-        self.per_call, self.owner = per_call, None
-        if step:
+        self.config, self.frontend, self.detached = config, None, False
+        self.owner = None
+        if config.step:
             self.mode = "step"
 
     def follow_call(self) -> None:
@@ -117,11 +101,52 @@ class Stepper(StepperCommands):
             self.frontend, self.detached = None, False
         self.owner = weakref.ref(current)
 
-    def detach(self, why: str) -> None:
-        """No front end can answer (script ran out, no terminal): run to the end without stopping."""
+    def detach(self, why: str = "") -> None:
+        """No front end can answer (script ran out, no terminal): run to the end without stopping
+        (`why`, when given, says so)."""
         self.detached = True
         self.mode = "run"
-        emit(Info(why))
+        if why:
+            emit(Info(why))
+
+    # -- what other rooms call: the stepper's state is written here, not from outside ----------
+
+    def resume(self, kind: str) -> None:
+        """How the program goes on from outside a stop: "step" stops at the next stop point of any
+        graph (answered again if the front end had let go: Ctrl-C, the bytecode stepper stepping
+        into a graph), "run" only at pause sites and breakpoints."""
+        if kind not in ("step", "run"):
+            raise ValueError(f"resume({kind!r}): expected 'step' or 'run'")
+        if kind == "step":
+            self.detached = False
+        self.mode = kind
+
+    def serve_everywhere(self, on: bool) -> None:
+        """A front end that takes its breakpoints later (an editor: dynstep.dap) asks for stop points
+        in every graph compiled from now on (or no longer); its front end is asked for again at the
+        next stop (`core.wiring.make_frontend`)."""
+        self.stop_points = on
+        self.frontend = None
+        if on:
+            self.detached = False
+
+    def front_state(self) -> tuple[Any, ...]:
+        """Who answers stops now, to hand back with `restore_front` (step_bytecode() lends it)."""
+        return self.config, self.frontend, self.detached, self.mode
+
+    def restore_front(self, state: tuple[Any, ...]) -> None:
+        self.config, self.frontend, self.detached, self.mode = state
+
+    def share_front(self, frontend_kind: str | None, commands: str | None, frontend: Frontend | None, *,
+                    detached: bool) -> None:
+        """Another stepper's front end answers node stops too (step_bytecode(): one command queue);
+        the config is the one superstep's step=True options give, so compiling keeps it (`configure`)."""
+        self.config = StepConfig(frontend_kind, commands, True, per_call=self.per_call)
+        self.frontend, self.detached = frontend, detached
+
+    def use_coordinator(self, coordinator: Coordinator) -> None:
+        """A distributed job's lockstep (jobs.coordinator), plugged in by superstep's pause pass."""
+        self.coordinator = coordinator
 
     def interrupt(self) -> None:
         """Stop at the next stop point of any graph (a client's pause request; thread-safe enough:
@@ -191,12 +216,10 @@ class Stepper(StepperCommands):
                 if note:
                     emit(Info("dynstep: " + note))
                 return
-            decide = getattr(frontend, "decide", None)
-            if decide is not None:   # conditions, hit counts, logpoints: maybe not a stop after all
-                decided = decide(self, stop)
-                if decided is None:
-                    return
-                stop.reason = decided
+            decided = frontend.decide(self, stop)   # conditions, hit counts, logpoints: maybe not a stop
+            if decided is None:
+                return
+            stop.reason = decided
             self.mode = "run"
             self.current = stop
             try:
@@ -209,7 +232,7 @@ class Stepper(StepperCommands):
         (the terminal turn, `step --all` from another rank, `q` ending every rank)."""
         info = {"node": stop.site.node, "graph": stop.site.graph, "source": stop.site.source}
         with job_pause(self.coordinator, info, lambda line: self.serve(line, lambda: stop),
-                       turn=getattr(frontend, "shares_terminal", False)) as auto:
+                       turn=frontend.shares_terminal) as auto:
             emit(Stopped(reason=stop.reason, site=stop.site, call=stop.call, tensor=tensor_view(stop.value),
                          watches=tuple((w, self._watch_text(w)) for w in self.watches),
                          writable=stop.writable, note=stop.note))
@@ -226,8 +249,8 @@ class Stepper(StepperCommands):
         if self.detached:
             return None
         if self.frontend is None:
-            kind, commands, _ = self.config or (None, None, False)
-            self.frontend = wiring.make_frontend(kind, commands)
+            config = self.config or StepConfig()
+            self.frontend = wiring.make_frontend(config.frontend, config.commands)
             if self.frontend is None:
                 self.detach("dynstep: stdin is not a terminal and no commands were given "
                             "(commands= option, --commands, DYNSTEP_COMMANDS); not stopping, running to the end"

@@ -129,13 +129,7 @@ def test_no_import_cycles():
 # type checker follow them as any other edge: a room that names an upper room's types for its
 # annotations depends on it. Each is to go (issue 27); the test fails on a new one, and on a listed
 # one that is gone (take it off the list).
-TYPE_ONLY_CYCLES = [
-    # the stepper's command mixins name Stepper and Stop, which import them (issue 27 item 1: the
-    # commands become an object holding the stepper; Stop moves to core)
-    ["dynstep.mixed.commands", "dynstep.step.commands", "dynstep.step.rank_commands", "dynstep.step.stepper"],
-    # the heartbeat names the coordinator that starts it
-    ["dynstep.jobs.coordinator", "dynstep.jobs.liveness"],
-]
+TYPE_ONLY_CYCLES: list[list[str]] = []   # issue 27: the last three went (Stop in core; protocols for the rest)
 
 
 def test_import_cycles_counting_type_only_imports_are_only_the_listed_ones():
@@ -276,3 +270,44 @@ def test_modules_and_functions_stay_small(name):
     long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(ast.parse(text))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 40]
     assert long == [], f"{path}: functions over 40 lines: {long}"
+
+
+_STEPPER_NAMES = ("STEPPER", "stepper")
+_MUTATORS = ("add", "clear", "update", "append", "discard", "pop", "remove", "extend", "setdefault")
+
+
+def _stepper_writes(tree: ast.AST) -> list[int]:
+    """Lines that assign to a stepper's field (`STEPPER.mode = ...`, `self.stepper.x += 1`) or change a
+    field's contents in place (`stepper.hits.clear()`)."""
+    def names_stepper(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and _dotted(node.value).split(".")[-1] in _STEPPER_NAMES
+
+    lines = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            for leaf in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                while isinstance(leaf, ast.Subscript):
+                    leaf = leaf.value
+                if names_stepper(leaf):
+                    lines.append(node.lineno)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS \
+                and names_stepper(node.func.value):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_stepper_state_is_written_only_inside_step():
+    """Issue 27 item 1: the stepper owns its state; other rooms call its methods (`resume`, `detach`,
+    `serve_everywhere`, `share_front`, `use_coordinator`, `assign`, `configure`)."""
+    outside = {name: path for name, path in modules().items() if not name.startswith("dynstep.step.")}
+    found = {name: lines for name, path in sorted(outside.items())
+             if (lines := _stepper_writes(ast.parse(path.read_text(encoding="utf-8"))))}
+    assert found == {}
+
+
+def test_the_stepper_write_rule_finds_what_it_looks_for():
+    code = ("STEPPER.mode = 'run'\nSTEPPER.config, STEPPER.frontend = 1, 2\nself.stepper.hits[3] += 1\n"
+            "stepper.watches.append('x')\nSTEPPER.resume('step')\nmode = STEPPER.mode\n")
+    assert _stepper_writes(ast.parse(code)) == [1, 2, 3, 4]
