@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import logging
 import os
@@ -44,6 +42,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from ..core.extension import load_extension
 from . import native_failures
 from .buildlock import BuildLock, Holder
 from .native_failures import NativeStatus
@@ -249,13 +248,7 @@ def _import_status(library: Path, seconds: float) -> tuple[ModuleType | None, Na
 def _import(library: Path) -> ModuleType:
     import torch  # noqa: F401  (the library links against libtorch's symbols, loaded by importing torch)
 
-    loader = importlib.machinery.ExtensionFileLoader(NAME, str(library))
-    spec = importlib.util.spec_from_file_location(NAME, str(library), loader=loader)
-    if spec is None:
-        raise ImportError(f"no module spec for {library}")
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_extension(NAME, library)
 
 
 def _check_writable(build: Path) -> None:
