@@ -72,6 +72,11 @@ def _manifest(path, text):
     return path
 
 
+def _index(path, text=""):
+    (path / "records.jsonl").write_text(text)
+    return path
+
+
 @pytest.mark.parametrize("make,expected", [
     (lambda p: p / "absent.dynstep", r"no recording at .*absent\.dynstep"),
     (lambda p: (p / "empty").mkdir() or p / "empty", r"empty is not a dynstep recording \(no manifest\.json\)"),
@@ -80,7 +85,9 @@ def _manifest(path, text):
     (lambda p: _manifest(p / "cut", '{"format": "dynstep-rec'), r"cut/manifest\.json: not a readable dynstep manifest"),
     (lambda p: _manifest(p / "new", '{"format": "dynstep-recording", "version": 9}'),
      r"new: recording format version 9 was written by a newer dynstep; upgrade dynstep"),
-    (lambda p: _manifest(p / "none", '{"format": "dynstep-recording", "version": 2}'),
+    (lambda p: _manifest(p / "noindex", '{"format": "dynstep-recording", "version": 2}'),
+     r"noindex: its index records\.jsonl is missing"),
+    (lambda p: _index(_manifest(p / "none", '{"format": "dynstep-recording", "version": 2}')),
      r"none: the recording holds no probe hit and no compile event"),
 ])
 def test_a_bad_recording_is_a_clear_error_naming_the_file(tmp_path, capsys, make, expected):
