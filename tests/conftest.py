@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "dynstep-inductor-cache"))
@@ -24,6 +26,14 @@ STARTED_MODULES: set[str] = set()
 def pytest_collectstart(collector):
     if isinstance(collector, pytest.Module):
         STARTED_MODULES.add(str(collector.path))
+
+
+def pytest_sessionstart(session):
+    """Build dynstep's native kernel once, before any test (in a child process: this one's state is the
+    tests' own), so that no test's time limit pays for a first build. Under pytest-xdist every worker
+    asks; the first builds and the others wait on the build lock (ops/buildlock.py), then load it."""
+    subprocess.run([sys.executable, "-c", "from dynstep.ops import native; native.load()"], timeout=1200,
+                   capture_output=True, check=False)
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.machinery
+import importlib.util
 import logging
 import os
 import platform
@@ -40,8 +42,6 @@ import time
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
-
-from ..core.extension import load_extension
 
 log = logging.getLogger("dynstep")
 
@@ -182,7 +182,13 @@ def _compile_command(output: Path, includes: list[str]) -> list[str]:
 
 
 def _import(library: Path) -> ModuleType:
-    return load_extension(MODULE, library)
+    loader = importlib.machinery.ExtensionFileLoader(MODULE, str(library))
+    spec = importlib.util.spec_from_file_location(MODULE, str(library), loader=loader)
+    if spec is None:
+        raise ImportError(f"no module spec for {library}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
 
 def read(frame: FrameType, depth: int) -> list[Any]:

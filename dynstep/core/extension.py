@@ -1,6 +1,7 @@
 """Loading a built extension module from its file, without a package or sys.path entry (standard
-library only): the native probe kernel (`dynstep.ops.native`) and the bytecode stepper's value-stack
-reader (`dynstep.bytecode.framestack`) both load theirs so.
+library only): the native probe kernel (`dynstep.ops.native`) loads its library so. The bytecode
+stepper's value-stack reader (`dynstep.bytecode.framestack`) keeps its own few lines: a test loads
+that file alone, outside the package, under other Python versions.
 
     module = load_extension("dynstep_native", Path(".../dynstep_native.so"))
 """
