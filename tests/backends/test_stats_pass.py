@@ -258,3 +258,19 @@ def test_doctor_fusion_prints_kernels_with_and_without_probes_per_graph():
     assert {r[1] for r in rows} == {"forward", "backward"}
     for _graph, _phase, kernels, unprobed, added, fused_, extern in (r[:7] for r in rows):
         assert int(kernels) - int(unprobed) == int(added) and int(fused_) > 0 and int(extern) >= 0
+
+
+def test_which_probes_are_fused_the_flight_recorders_included():
+    """Summary-only probes are fused; an owned site (the flight recorder's) with summary + nan is too (its
+    NaN/Inf counts go to its sink); a nan check of the sessions', record, print and hand-placed probes are not."""
+    from dynstep.core.sites import Site
+
+    def site(actions, owner="", kind="value"):
+        return Site(id=1, kind=kind, probe="*", node="n", target="t", module="", source="", source_text="",
+                    graph="g", actions=actions, capacity=1, owner=owner)
+
+    assert stats_pass.fusable(site(("summary",))) and stats_pass.fusable(site(("summary",), kind="grad"))
+    assert stats_pass.fusable(site(("summary", "nan"), owner="flight"))
+    assert not stats_pass.fusable(site(("summary", "nan")))            # the sessions' nan check needs the value
+    assert not stats_pass.fusable(site(("summary", "record"), owner="flight"))
+    assert not stats_pass.fusable(site(("print",))) and not stats_pass.fusable(site(("summary",), kind="pause"))
