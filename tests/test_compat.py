@@ -207,7 +207,7 @@ def test_compiler_bisector_pieces_the_root_cause_drives():
 
 
 def test_what_the_flight_recorder_reads():
-    """dynstep/_compat/flight.py: a tensor's version counter, Inductor's fallback_random."""
+    """dynstep/_compat/flight.py: a tensor's version counter, Inductor's fallback_random, Dynamo's guard functions."""
     import torch._inductor.config as inductor_config
 
     t = torch.zeros(3)
@@ -218,6 +218,15 @@ def test_what_the_flight_recorder_reads():
     with _compat.inductor_fallback_random():
         assert inductor_config.fallback_random is True
     assert inductor_config.fallback_random == saved
+    # the guard functions Dynamo's C++ guard check calls (and whose exceptions it drops) live in guards.py
+    import sys
+
+    import torch._dynamo.guards as guards
+
+    assert callable(getattr(guards.GuardBuilder, "AUTOGRAD_SAVED_TENSORS_HOOKS", None))
+    scope: dict = {"sys": sys}
+    exec(compile("frame = sys._getframe()", guards.__file__, "exec"), scope)
+    assert _compat.in_dynamo_guard(scope["frame"]) and not _compat.in_dynamo_guard(sys._getframe())
 
 
 def test_what_module_paths_read_from_dynamo():

@@ -13,7 +13,7 @@ plain data or a small wrapper (`TraceFrame`, `GuardEntry`); where a private obje
     trace      the structured trace (TORCH_TRACE, tlparse): listening to it, writing artifacts into it
     native     mixed-mode debugging: Inductor's provenance, the dispatcher's kernel table, fake replay
     distributed  the default process group's store and collective timeout (dynstep.jobs)
-    flight     tensor version counters, Inductor's fallback_random (dynstep.flight)
+    flight     tensor version counters, Inductor's fallback_random, whether a Dynamo guard check runs (dynstep.flight)
     roots      the frame Dynamo compiles and the model torch.compile was given (module paths)
     explain    Dynamo's registry of graph-break types: ids, explanations, hints, documentation pages
     stages     compiles that produce every stage (`dynstep run --dump`)
@@ -39,7 +39,7 @@ from .backend import (WRAPPER_CODEGEN_MODULE, aot_eager_with_graph_hooks, extern
                        wrapper_import)
 from .fusion import fake_mode_of, fusion_limits, in_fake_mode, kernel_count
 from .distributed import default_store, pg_timeout, set_pg_timeout
-from .flight import inductor_fallback_random, tensor_version
+from .flight import in_dynamo_guard, inductor_fallback_random, tensor_version
 from .roots import RootFrame, compiled_model, compiling_frame, dynamo_graph, running_compile, unwrap_model
 from .explain import GraphBreakType, graph_break_type
 from .stages import fresh_compiles
@@ -55,7 +55,8 @@ __all__ = [
     "dispatcher_kernel", "dynamo_graph", "dynamo_output_codes", "dynamo_paused", "effect_of", "extern_kernel_args",
     "fake_mode_of", "fake_of", "fakifies_first_call", "file_tracing", "frame_value_stack", "fresh_compiles",
     "function_of_variable", "fusion_limits", "graph_break_type", "graph_breaks_so_far", "GraphBreakType",
-    "guard_entries", "guard_module_constant", "GuardEntry", "guards_suppressed", "has_kernel", "in_fake_mode",
+    "guard_entries", "guard_module_constant", "GuardEntry", "guards_suppressed", "has_kernel", "in_dynamo_guard",
+    "in_fake_mode",
     "inductor_cache_dir", "inductor_codegen_loaded", "inductor_config_for_mode", "inductor_fallback_random",
     "inductor_output_code", "inductor_plain", "inductor_provenance", "inductor_with_graph_hooks",
     "input_local_name", "is_fake", "is_op", "is_op_overload", "is_tensor_variable", "kernel_count", "listening",

@@ -4,7 +4,9 @@
   step, and the moment before an optimizer changes parameters in place (a pending trigger's graph
   inputs are copied then);
 - SIGTERM and SIGINT (the `signal` rule, main thread only): dump, then do what the handler that was
-  there would have done (the default: die by the signal; Python's SIGINT handler: KeyboardInterrupt);
+  there would have done (the default: die by the signal; Python's SIGINT handler: KeyboardInterrupt).
+  A signal that lands in a Dynamo guard check is taken again a moment later: the guard check drops
+  any exception raised in it, KeyboardInterrupt included (the program would run on);
 - `sys.excepthook` (the `exception` rule): an exception ending the program dumps before it is printed;
 - `atexit`: a trigger still pending when the program ends (its step never finished) is dumped.
 
@@ -13,6 +15,7 @@
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import dataclasses
 import os
@@ -23,6 +26,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch.optim.optimizer as optim_hooks
+
+from .. import _compat
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -76,6 +81,9 @@ class Hooks:
 
 def _handler(target: Target, hooks: Hooks) -> Callable[[int, Any], None]:
     def on_signal(signum: int, frame: Any) -> None:
+        if _compat.in_dynamo_guard(frame):
+            _again_soon(signum)                  # this handler stays: it runs again outside the guard
+            return
         previous = hooks.signals.pop(signum, signal.SIG_DFL)
         signal.signal(signum, previous)          # once: the next one goes where it went before
         try:
@@ -86,6 +94,13 @@ def _handler(target: Target, hooks: Hooks) -> Callable[[int, Any], None]:
             elif previous == signal.SIG_DFL:
                 os.kill(os.getpid(), signum)     # die by the signal, as without dynstep
     return on_signal
+
+
+def _again_soon(signum: int, delay: float = 0.01) -> None:
+    """The signal once more, shortly, from a helper thread (Python runs it on the main thread)."""
+    timer = threading.Timer(delay, _thread.interrupt_main, (signum,))
+    timer.daemon = True
+    timer.start()
 
 
 def _excepthook(target: Target, previous: Callable[..., Any]) -> Callable[..., Any]:
