@@ -510,22 +510,9 @@ static void CUDART_CB on_host(void* user) {
   Stats st = p.mode == kModeFullCopy ? host_stats(p) : (p.numel ? finish(*p.h_stats) : Stats{});
   std::lock_guard<std::mutex> g(s.mu);
   if ((s.actions & kCompare) && s.compare && !s.compare_failed && copied) host_compare(p, s, call);
-  if ((st.nan || st.inf) && (s.actions & kNonFiniteFlag) && !s.nonfinite_seen) {
-    s.nonfinite_seen = true;
-    if (s.compare_message.empty())
-      s.compare_message = "call " + std::to_string(call) + ": " + std::to_string(st.nan) + " NaN, " +
-          std::to_string(st.inf) + " Inf";
-  }
+  if ((st.nan || st.inf) && (s.actions & kNonFiniteFlag)) flag_nonfinite(s, call, st.nan, st.inf);
   if (!(s.actions & (kSummary | kRecord))) return;
-  Entry& e = claim_slot(s);
-  e.seq = Registry::get().next_seq();
-  e.call = call;
-  e.thread = static_cast<uint64_t>(pthread_self());
-  e.stats = st;
-  e.shape = p.shape;
-  e.dtype = p.dtype;
-  e.device = p.device;
-  e.has_tensor = false;
+  Entry& e = record_hit(s, call, static_cast<uint64_t>(pthread_self()), st, p.shape, p.dtype, p.device);
   if (copied && (s.actions & kRecord) && Registry::get().make_room(&s, p.nbytes)) {
     e.data.resize(static_cast<size_t>(p.nbytes));  // capacity reused after the first replay
     std::memcpy(e.data.data(), p.h_copy, static_cast<size_t>(p.nbytes));
@@ -669,12 +656,10 @@ static void take_nonfinite(Payload& p) {
   std::shared_ptr<SiteState> sp = Registry::get().find(p.site);
   if (!sp || sp->closed.load() || !(sp->actions.load() & kNonFiniteFlag)) return;
   std::lock_guard<std::mutex> g(sp->mu);
-  if (sp->nonfinite_seen) return;
-  sp->nonfinite_seen = true;
-  if (sp->compare_message.empty())
-    sp->compare_message = "CUDA hit " + std::to_string(h->nonfinite_index1 - 1 - p.published_base) + " of this capture (its summary " +
+  flag_nonfinite(*sp, -1, static_cast<int64_t>(h->nonfinite_nan), static_cast<int64_t>(h->nonfinite_inf),
+                 "CUDA hit " + std::to_string(h->nonfinite_index1 - 1 - p.published_base) + " of this capture (its summary " +
         "was overwritten before it was read): " + std::to_string(h->nonfinite_nan) + " NaN, " +
-        std::to_string(h->nonfinite_inf) + " Inf";
+        std::to_string(h->nonfinite_inf) + " Inf");
 }
 
 // One hit into its site's ring, as the host callback would have written it.
@@ -691,22 +676,9 @@ static void deliver(const Taken& t) {
   Stats st = p.numel ? finish(t.acc, t.shift) : Stats{};
   const int64_t a = s.actions.load();
   std::lock_guard<std::mutex> g(s.mu);
-  if ((st.nan || st.inf) && (a & kNonFiniteFlag) && !s.nonfinite_seen) {
-    s.nonfinite_seen = true;
-    if (s.compare_message.empty())
-      s.compare_message = "call " + std::to_string(call) + ": " + std::to_string(st.nan) + " NaN, " +
-          std::to_string(st.inf) + " Inf";
-  }
+  if ((st.nan || st.inf) && (a & kNonFiniteFlag)) flag_nonfinite(s, call, st.nan, st.inf);
   if (!(a & (kSummary | kRecord))) return;
-  Entry& e = claim_slot(s);
-  e.seq = Registry::get().next_seq();
-  e.call = call;
-  e.thread = 0;
-  e.stats = st;
-  e.shape = p.shape;
-  e.dtype = p.dtype;
-  e.device = p.device;
-  e.has_tensor = false;
+  record_hit(s, call, 0, st, p.shape, p.dtype, p.device);
 }
 
 static int64_t harvest_locked(const std::vector<Payload*>& payloads) {
