@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import subprocess
 import sys
@@ -18,6 +19,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
+from . import reaper  # noqa: E402
+
 
 # every test module pytest started collecting in this run (tests/test_collection.py compares it with the disk)
 STARTED_MODULES: set[str] = set()
@@ -28,12 +31,83 @@ def pytest_collectstart(collector):
         STARTED_MODULES.add(str(collector.path))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` that survives a worker dying in a test (tests/xdist_recovery.py says why)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from .xdist_recovery import RecoveringLoadFile
+
+    return RecoveringLoadFile(config, log)
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):     # the controller, or a run without workers
+        reaper.new_run()
+    global _STACKS
+    _STACKS = os.fdopen(os.dup(sys.stderr.fileno()), "w")   # the real stderr (output capture is off now)
+
+
+# Where a test that runs into its time limit (pytest-timeout, [tool.pytest.ini_options] in pyproject.toml)
+# has every thread's stack printed, shortly before the limit ends its worker: pytest-timeout prints them
+# too, but an xdist worker's terminal output is lost with it, while this file is the run's own stderr.
+_STACKS = None
+STACKS_BEFORE_S = 5.0
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_set_timer(item, settings):
+    if _STACKS is not None and settings.timeout and settings.timeout > 2 * STACKS_BEFORE_S:
+        faulthandler.dump_traceback_later(settings.timeout - STACKS_BEFORE_S, file=_STACKS)
+    # None: pytest-timeout's own timer is set as well
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_cancel_timer(item):
+    faulthandler.cancel_dump_traceback_later()
+
+
 def pytest_sessionstart(session):
     """Build dynstep's native kernel once, before any test (in a child process: this one's state is the
     tests' own), so that no test's time limit pays for a first build. Under pytest-xdist every worker
-    asks; the first builds and the others wait on the build lock (ops/buildlock.py), then load it."""
+    asks; the first builds and the others wait on the build lock (ops/buildlock.py), then load it.
+    A worker that replaces one that died first ends what the dead one's test left running."""
+    _report_reaped(reaper.reap_orphans(), "a test of a worker that died")
     subprocess.run([sys.executable, "-c", "from dynstep.ops import native; native.load()"], timeout=1200,
                    capture_output=True, check=False)
+
+
+def pytest_sessionfinish(session):
+    _report_reaped(reaper.reap_orphans(everything=not hasattr(session.config, "workerinput")), "this run")
+
+
+_REAP_TAG = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Every process the test starts carries its tag (tests/reaper.py)."""
+    item.stash[_REAP_TAG] = os.environ[reaper.VAR] = reaper.new_tag()
+    try:
+        yield
+    finally:
+        os.environ.pop(reaper.VAR, None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    """After the test and its fixtures: kill what it left running, and say so."""
+    yield
+    tag = item.stash.get(_REAP_TAG, None)
+    killed = reaper.reap(tag) if tag else []
+    if killed:
+        item.warn(pytest.PytestWarning(f"the test left {len(killed)} process(es) running; killed: "
+                                       + "; ".join(killed)))
+
+
+def _report_reaped(killed: list[str], whose: str) -> None:
+    if killed:
+        sys.stderr.write(f"tests/conftest.py: killed {len(killed)} process(es) left by {whose}: {'; '.join(killed)}\n")
 
 
 @pytest.fixture(autouse=True)

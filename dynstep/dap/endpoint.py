@@ -209,6 +209,10 @@ class Endpoint:
 
     def close(self) -> None:
         try:
+            self.listener.shutdown(socket.SHUT_RDWR)   # wakes the accept thread (close alone leaves it in accept())
+        except OSError:
+            pass
+        try:
             self.listener.close()
         except OSError:
             pass

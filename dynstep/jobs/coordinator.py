@@ -10,6 +10,11 @@ order; each one is a store barrier, numbered k = 0, 1, 2, ... on every rank:
      the others poll for ``go/<k>``, meanwhile answering commands sent to them (``p@1 ...``),
      watching ``quit`` and the heartbeats of the ranks not there yet.
 
+No wait is unbounded: a dead rank ends the job (DYNSTEP_DEAD_AFTER); live ranks that stop coming
+(the ranks' stop points no longer line up) are waited for DYNSTEP_LOCKSTEP_WAIT seconds while nobody
+moves or pauses, then this rank says so, sets ``lockstep_lost`` (every other rank goes on too, at
+its next look) and runs on without barriers (`detached`), pausing as in a single process.
+
 A graph call that could run with or without stop points (`TwoVariants`) first agrees with the
 other ranks (`agree`, a barrier whose answer is "does any rank want stop points").
 
@@ -27,11 +32,11 @@ from datetime import timedelta
 from typing import Any
 
 from .. import _compat
-from ..core.events import Info, emit
+from ..core.events import Info, Warning_, emit
 from ..core.sites import Site
 from . import forward, identity
 from .exits import QUIT_CODE, TermGuard, quitting
-from .liveness import Heartbeat, Watch
+from .liveness import Heartbeat, LockstepLost, TurnWatch, Watch
 from .ranks import check_job
 from .store import Backoff, counter, open_store, read
 
@@ -60,6 +65,7 @@ class Coordinator:
         self.pauses = 0         # this rank's stops so far (names a pause in paused/<rank>)
         self.coarse = False     # this graph call: barriers at pause sites only (see agree)
         self.serving: Serve | None = None   # this rank's own commands while it is paused (idle answers with them)
+        self.detached = False   # the lockstep was lost: no more barriers on this rank (see the module docstring)
 
     # -- resolving the job, lazily (the first stop point at run time) --------------------------------
     def resolve(self) -> identity.Identity:
@@ -82,6 +88,11 @@ class Coordinator:
     def alone(self) -> bool:
         return not self.resolve().multi
 
+    @property
+    def unlocked(self) -> bool:
+        """No barriers here: one process, or the lockstep was lost."""
+        return self.alone or self.detached
+
     def may_pause(self) -> bool:
         return self.resolve().rank in self.pausers
 
@@ -92,14 +103,17 @@ class Coordinator:
         `fine`: this rank may stop at a step point of this call (stepping, a breakpoint in the graph,
         an interrupt). When no rank may, the call's step points are no barriers, only its pause sites
         (every rank sees the same answer, so the barriers stay in step); `end_call()` ends that."""
-        if self.alone:
+        if self.unlocked:
             return want
         k = self._next()
         if want:
             self.store.add(f"want/{k}", 1)
         if fine:
             self.store.add(f"fine/{k}", 1)
-        wants, fines = self._barrier(k, {"node": "(graph call)"}, None)
+        verdict = self._barrier(k, {"node": "(graph call)"}, None)
+        if verdict is None:
+            return want
+        wants, fines = verdict
         self.coarse = wants > 0 and fines == 0
         return wants > 0
 
@@ -111,7 +125,7 @@ class Coordinator:
 
         `pause()` returns whether this rank may now stop at any node (it stepped, set a breakpoint):
         then the rest of the call has barriers at every stop point again, on every rank."""
-        if self.alone:
+        if self.unlocked:
             pause()
             return
         if self.coarse and site.actions != ("pause",):
@@ -119,18 +133,21 @@ class Coordinator:
         k = self._next()
         if self.may_pause() and pause():
             self.store.add(f"fine/{k}", 1)
-        _, fines = self._barrier(k, {"node": site.node, "graph": site.graph, "source": site.source}, serve)
-        if fines:
+        verdict = self._barrier(k, {"node": site.node, "graph": site.graph, "source": site.source}, serve)
+        if verdict is not None and verdict[1]:
             self.coarse = False
 
     def _next(self) -> int:
         self.here, self.k = self.k, self.k + 1
         return self.here
 
-    def _barrier(self, k: int, where: dict, serve: Serve | None) -> tuple[int, int]:
-        """Wait until every rank is at stop point k; how many wanted stop points, and fine ones (agree)."""
+    def _barrier(self, k: int, where: dict, serve: Serve | None) -> tuple[int, int] | None:
+        """Wait until every rank is at stop point k; how many wanted stop points, and fine ones (agree).
+        None: the lockstep is lost (said why), this rank goes on without it."""
         s, rank, world = self.store, self.ident.rank, self.ident.world
         try:
+            if (lost := read(s, "lockstep_lost")) is not None:
+                raise LockstepLost(0.0, json.loads(lost))
             s.set(f"at/{rank}", json.dumps({"k": k, **where}))
             if s.add(f"arr/{k}", 1) == world:
                 s.set(f"go/{k}", f"go:{counter(s, f'want/{k}')}:{counter(s, f'fine/{k}')}")
@@ -139,7 +156,12 @@ class Coordinator:
             else:
                 with TermGuard(lambda: self._waiting_for(k)):
                     self._wait(k, serve)
-            verdict = s.get(f"go/{k}").decode()
+            verdict = read(s, f"go/{k}")   # set: _wait saw it, and it goes only once every rank is at k + 1
+            if verdict is None:
+                raise LockstepLost(0.0, {"rank": rank, "why": f"the release of stop #{k} vanished from the store"})
+        except LockstepLost as lost:
+            self._detach(k, lost)
+            return None
         except RuntimeError as exc:   # DistNetworkError, DistStoreError: the store went away
             raise self._lost_store(k, exc) from None
         if verdict.startswith("quit"):
@@ -161,6 +183,8 @@ class Coordinator:
     def _look_around(self, watch: "Watch", serve: Serve | None) -> None:
         if self.store.check(["quit"]):
             self._on_quit()
+        if (lost := read(self.store, "lockstep_lost")) is not None:
+            raise LockstepLost(0.0, json.loads(lost))
         if serve is not None:
             self.answer_requests(serve)
         watch.look()
@@ -207,14 +231,18 @@ class Coordinator:
         self.restore_timeout()
 
     def _take_turn(self, serve: Serve | None, follow: bool = True) -> str | None:
-        """One paused rank at a time talks to the terminal; a waiting one follows `step --all`."""
-        s, mine, poll = self.store, str(self.ident.rank), Backoff(cap=0.05)
-        while s.compare_set("turn", "", mine).decode() != mine:
+        """One paused rank at a time talks to the terminal; a waiting one follows `step --all`. A turn
+        whose holder is dead or no longer paused is taken over (liveness.TurnWatch), never waited on for ever."""
+        s, mine, poll, watch = self.store, str(self.ident.rank), Backoff(cap=0.05), TurnWatch(self.store)
+        while (holder := s.compare_set("turn", "", mine).decode()) != mine:
             step = read(s, f"follow/{self.here}") if follow else None
             if step is not None:
                 return step
             if s.check(["quit"]):
                 self._on_quit()
+            if (why := watch.abandoned(holder)) is not None and s.compare_set("turn", holder, mine).decode() == mine:
+                emit(Warning_(f"dynstep: {why}; rank {mine} takes it"))
+                break
             self.answer_requests(serve)
             poll.sleep()
         return read(s, f"follow/{self.here}") if follow else None   # `step --all` may have come just then
@@ -304,7 +332,7 @@ class Coordinator:
         return quitting(code)
 
     def _on_quit(self) -> None:
-        q = json.loads(self.store.get("quit"))
+        q = json.loads(read(self.store, "quit") or '{"reason": "the job is quitting"}')
         emit(Info(f"dynstep: rank {self.ident.rank} stops: {q['reason']}"))
         self.store.add("quit_ack", 1)
         self.close()
@@ -321,6 +349,25 @@ class Coordinator:
             elif r != self.ident.rank and at["k"] < k:
                 missing.append(f"rank {r} (last seen at stop #{at['k']} {at.get('node', '')})")
         return f"rank {self.ident.rank} waited at stop #{k} for {', '.join(missing) or 'the other ranks'}"
+
+    def _detach(self, k: int, lost: LockstepLost) -> None:
+        """Go on without the lockstep: say why, tell the other ranks (they go on too), no more barriers here."""
+        self.detached, rank = True, self.ident.rank
+        if lost.by is not None and lost.by.get("rank") != rank:
+            why = f"rank {lost.by.get('rank')} gave up the lockstep first: {lost.by.get('why', '')}"
+        else:
+            why = (lost.by or {}).get("why") or (
+                f"{self._waiting_for(k)} for {lost.seconds:.0f} s while no rank moved or paused: they run but do not "
+                "come to this stop point (their stop points no longer line up with this rank's, e.g. a graph "
+                "compiled differently on one rank; DYNSTEP_LOCKSTEP_WAIT sets how long to wait)")
+            try:
+                self.store.set("lockstep_lost", json.dumps({"rank": rank, "k": k, "why": why}))
+            except RuntimeError:
+                pass   # the store is gone: the others find that out themselves
+        emit(Warning_(f"dynstep: rank {rank} stops waiting for the other ranks at stop points: {why}. It runs on "
+                      "alone; its pauses no longer hold the other ranks"))
+        self.coarse = False
+        self.restore_timeout()
 
     def _lost_store(self, k: int, exc: Exception) -> BaseException:
         first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__

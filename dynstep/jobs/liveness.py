@@ -1,9 +1,16 @@
-"""Is every rank still there? Heartbeats on the store, and what a waiting rank watches.
+"""Is every rank still there, and still coming? Heartbeats on the store, and what a waiting rank watches.
 
 Each rank's heartbeat thread adds 1 to ``hb/<rank>`` every second on its own store connection
 (a store client is not shared across threads). A waiting rank reads the counters of the ranks
 that have not arrived; one that has not changed for DYNSTEP_DEAD_AFTER seconds (default 30) ends
 the job with a message naming that rank, instead of waiting forever.
+
+A rank that is alive, not paused, and does not come either (its stop points no longer line up
+with the others': it waits in a collective for a rank that waits for it here) is waited for
+DYNSTEP_LOCKSTEP_WAIT seconds (default 600) while nobody moves; then `LockstepLost` says so and the
+waiting rank goes on without the lockstep (jobs/coordinator.py). A paused rank anywhere, or a rank
+reaching another stop point, starts that time again. The terminal turn (`TurnWatch`) is bounded the
+same way: a turn held by a rank that is dead, or no longer paused, is taken over.
 
     hb = Heartbeat(store.clone(), rank); ...; hb.stop()
 """
@@ -68,6 +75,21 @@ def dead_after() -> float:
     return 30.0 if value is None else float(value)
 
 
+def lockstep_wait() -> float:
+    """DYNSTEP_LOCKSTEP_WAIT seconds (2 to 86400, checked with its name in the error; default 600)."""
+    value = env_value("DYNSTEP_LOCKSTEP_WAIT")
+    return 600.0 if value is None else float(value)
+
+
+class LockstepLost(Exception):
+    """This rank waited `seconds` at a stop point for live ranks that never came (or another rank said
+    so first: `by`); the coordinator lets it go on without the lockstep."""
+
+    def __init__(self, seconds: float, by: dict | None = None) -> None:
+        super().__init__(f"waited {seconds:.0f} s")
+        self.seconds, self.by = seconds, by
+
+
 class Watch:
     """What a rank waiting at stop point k looks at every few hundredths of a second."""
 
@@ -77,21 +99,27 @@ class Watch:
         self.seen: dict[int, tuple[int, float]] = {}
         self.raised = False
         self.limit = dead_after()
+        self.stall_limit = lockstep_wait()
+        self.where: tuple[str | None, ...] = ()
+        self.still_since = time.monotonic()
         self.next_beat_check = time.monotonic() + PERIOD
 
     def look(self) -> None:
         ident, s = self.coord.ident, self.coord.store
         assert ident is not None
         beats = time.monotonic() >= self.next_beat_check
+        anyone_paused = False
         for r in range(ident.world):
             if r == ident.rank:
                 continue
             paused = read(s, f"paused/{r}")
             if paused is not None:
+                anyone_paused = True
                 self._announce(r, json.loads(paused))
             if beats:
                 self._check_heartbeat(r)
         if beats:
+            self._check_progress(anyone_paused)
             self.next_beat_check = time.monotonic() + PERIOD
 
     def _announce(self, r: int, info: dict) -> None:
@@ -120,6 +148,46 @@ class Watch:
                 f"rank {r} is not responding (no heartbeat for {now - last[1]:.0f} s; last seen at stop #{at['k']} "
                 f"{at.get('node', '')}) while rank {me} waited at stop #{self.k}: it may have died", gone=1)
 
+    def _check_progress(self, anyone_paused: bool) -> None:
+        """LockstepLost once no rank has moved (to another stop point, or into a pause) for the limit."""
+        ident, s, now = self.coord.ident, self.coord.store, time.monotonic()
+        where = tuple(read(s, f"at/{r}") for r in range(ident.world) if r != ident.rank)
+        if anyone_paused or where != self.where:
+            self.where, self.still_since = where, now
+        elif now - self.still_since > self.stall_limit:
+            raise LockstepLost(now - self.still_since)
+
     def done(self) -> None:
         if self.raised:
             self.coord.restore_timeout()
+
+
+class TurnWatch:
+    """While this rank waits for the terminal turn: is its holder still there and still paused?"""
+
+    GRACE = 2.0     # a rank leaving its pause deletes paused/<rank> just before it gives the turn back
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.holder = ""
+        self.since = time.monotonic()
+        self.beat = -1
+        self.beat_since = time.monotonic()
+
+    def abandoned(self, holder: str) -> str | None:
+        """Why the turn `holder` has is abandoned (dead, or not paused for a while), or None."""
+        now = time.monotonic()
+        if holder != self.holder:
+            self.holder, self.since, self.beat, self.beat_since = holder, now, -1, now
+        if not holder.isdigit():
+            return None
+        if read(self.store, f"paused/{holder}") is not None:
+            self.since = now
+        elif now - self.since > self.GRACE:
+            return f"rank {holder} held the terminal turn without being paused for {now - self.since:.0f} s"
+        beat = counter(self.store, f"hb/{holder}")
+        if beat != self.beat:
+            self.beat, self.beat_since = beat, now
+        elif now - self.beat_since > dead_after():
+            return f"rank {holder} held the terminal turn and is not responding (no heartbeat for {now - self.beat_since:.0f} s)"
+        return None

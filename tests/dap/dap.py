@@ -99,31 +99,57 @@ def start_program(*args: str, extra_env: dict[str, str] | None = None, cwd: str 
     proc = subprocess.Popen(command, cwd=cwd or str(ROOT),
                             env={**env(), **(extra_env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 60
-    seen = []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        seen.append(line)
-        m = re.search(r"debug adapter listening on [\d.]+:(\d+)", line)
-        if m:
-            drain(proc, seen)
-            return proc, int(m.group(1))
-        if not line and proc.poll() is not None:
-            break
+    return proc, listening_port(proc, 60, "the program did not start its DAP server")
+
+
+LISTENING = re.compile(r"debug adapter listening on [\d.]+:(\d+)")
+
+
+def listening_port(proc: subprocess.Popen, seconds: float, failure: str) -> int:
+    """The port in the program's first `debug adapter listening on HOST:PORT` line on stderr, read by
+    `drain` (a silent program is not waited on for longer than `seconds`); AssertionError with `failure`
+    and what it printed, the program killed, when none comes."""
+    seen: list[str] = []
+    changed = drain(proc, seen)
+    deadline = time.monotonic() + seconds
+    with changed:
+        while True:
+            m = next((m for m in map(LISTENING.search, seen) if m), None)
+            if m or time.monotonic() >= deadline or proc.err_done():   # type: ignore[attr-defined]
+                break
+            changed.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+    if m is None:
+        m = next((m for m in map(LISTENING.search, seen) if m), None)
+    if m:
+        return int(m.group(1))
     proc.kill()
-    raise AssertionError("the program did not start its DAP server:\n" + "".join(seen))
+    raise AssertionError(f"{failure} (waited {seconds:.0f} s):\n" + proc.err(10))   # type: ignore[attr-defined]
 
 
-def drain(proc: subprocess.Popen, lines: list[str]) -> None:
-    """Keep reading the program's stderr (a full pipe would block it); `proc.err()` is all of it so far."""
-    thread = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+def drain(proc: subprocess.Popen, lines: list[str]) -> threading.Condition:
+    """Keep reading the program's stderr into `lines` (a full pipe would block it); `proc.err()` is all of it
+    so far, `proc.err_done()` whether the pipe has closed; the returned condition is notified at each line."""
+    changed = threading.Condition()
+
+    def read() -> None:
+        for line in proc.stderr:
+            with changed:
+                lines.append(line)
+                changed.notify_all()
+        with changed:
+            changed.notify_all()
+
+    thread = threading.Thread(target=read, daemon=True)
     thread.start()
 
     def err(timeout: float = 60) -> str:
         thread.join(timeout)
-        return "".join(lines)
+        with changed:
+            return "".join(lines)
 
     proc.err = err   # type: ignore[attr-defined]
+    proc.err_done = lambda: not thread.is_alive()   # type: ignore[attr-defined]
+    return changed
 
 
 def free_port() -> int:

@@ -3,7 +3,6 @@ configuration does): neither server freezes the other, and each one's pause work
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 
@@ -11,7 +10,7 @@ import pytest
 
 from dynstep.dap.client import DapClient
 
-from .dap import MODEL, ROOT, Client, drain, env, free_port
+from .dap import MODEL, ROOT, Client, env, free_port, listening_port
 
 pytest.importorskip("debugpy")
 
@@ -21,14 +20,7 @@ def start_under_debugpy() -> tuple[subprocess.Popen, int, int]:
     proc = subprocess.Popen([sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{debugpy_port}", "-m", "dynstep",
                              "run", "--dap", "0", "--wait", "--inner", "eager", MODEL, "0", "4"], cwd=str(ROOT),
                             env=env(), stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        m = re.search(r"debug adapter listening on [\d.]+:(\d+)", line)
-        if m:
-            drain(proc, seen)
-            return proc, int(m.group(1)), debugpy_port
-    raise AssertionError("no dynstep server in the debugpy-run program")
+    return proc, listening_port(proc, 240, "no dynstep server in the debugpy-run program"), debugpy_port
 
 
 def attach_debugpy(port: int) -> DapClient:

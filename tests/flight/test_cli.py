@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -26,6 +27,38 @@ def env(**extra):
 def dynstep_run(*args, cwd=ROOT, timeout=600, **extra):
     return subprocess.run([sys.executable, "-m", "dynstep", "run", *args], cwd=cwd, env=env(**extra),
                           capture_output=True, text=True, timeout=timeout)
+
+
+class Lines:
+    """A pipe read to its end on a thread of its own: a test waits for a line with a bound, never on a read."""
+
+    def __init__(self, pipe) -> None:
+        self.lines: list[str] = []
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self.thread.start()
+
+    def _read(self, pipe) -> None:
+        for line in pipe:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+
+    def wait_for(self, prefix: str, seconds: float) -> bool:
+        """Whether a line starting with `prefix` came within `seconds` (False also when the pipe closed first)."""
+        deadline = time.monotonic() + seconds
+        with self.changed:
+            while not any(line.startswith(prefix) for line in self.lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.thread.is_alive():
+                    return False
+                self.changed.wait(min(left, 1.0))
+        return True
+
+    def text(self, until_closed: float = 0.0) -> str:
+        self.thread.join(until_closed)
+        with self.changed:
+            return "".join(self.lines)
 
 
 def dumps_in(folder):
@@ -63,17 +96,16 @@ def test_a_signal_dumps_then_the_process_ends_as_it_would_have(tmp_path, signum)
     proc = subprocess.Popen([sys.executable, "-m", "dynstep", "run", "--flight", str(tmp_path / "d"), LOOPS,
                              "--steps", "10000", "--sleep", "0.05"], cwd=ROOT, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    out, err = Lines(proc.stdout), Lines(proc.stderr)    # both pipes drained: a full one would stop the script
     try:
-        deadline = time.monotonic() + 300
-        for line in proc.stdout:
-            if line.startswith("step 4 ") or time.monotonic() > deadline:
-                break
+        assert out.wait_for("step 4 ", 300), f"no 'step 4' line within 300 s:\n{out.text()}\n{err.text()}"
         proc.send_signal(signum)
         proc.wait(120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    stderr = proc.stderr.read()
+            proc.wait(10)
+    stderr = err.text(until_closed=10)
     assert proc.returncode == (-signal.SIGTERM if signum == signal.SIGTERM else 130), stderr
     assert signum == signal.SIGTERM or "KeyboardInterrupt" in stderr
     (dump,) = dumps_in(tmp_path / "d")

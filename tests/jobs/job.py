@@ -10,9 +10,11 @@ rank must see, in eager, in one process (the gradients averaged as DDP does).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
+import weakref
 
 import torch
 import torch.nn as nn
@@ -135,7 +137,32 @@ def train(args: argparse.Namespace) -> None:
             opt.step()
             losses.append(loss.item())
     write(args.out, rank, {"losses": losses, "params": checksum(ddp.module if args.wrap == "ddp" else ddp)})
+    held = weakref.ref(ddp) if args.wrap == "ddp" else None
+    del compiled, ddp, opt, session
+    end(held)
+
+
+def end(ddp: weakref.ref | None) -> None:
+    """Destroy the process group once nothing but Python's ProcessGroup object holds it.
+
+    torch 2.13 with gloo: a DDP module's C++ Reducer holds the process group. When the Reducer is the last
+    to let go of it (a DDP still alive after destroy_process_group, freed as train() returns), its
+    destructor runs with the GIL held and joins gloo's worker threads, while a worker thread that is
+    still freeing the last backward's allreduce waits for the GIL (the work keeps the backward's
+    contextvars in its thread-local state): the rank never exits, its DDP output written (seen in about
+    one 2-rank job in three on a loaded 2-core machine). Python's ProcessGroup object releases the GIL
+    when it destroys the group, so the DDP module goes first, then the group.
+    """
+    import torch.distributed as dist
+
+    group = dist.group.WORLD
+    torch._dynamo.reset()       # compiled code may still refer to the wrapper
+    gc.collect()
+    if ddp is not None and ddp() is not None:
+        raise RuntimeError("job.py: the DDP module outlived training; destroying the process group now could "
+                           "hang this rank at exit (see end())")
     dist.destroy_process_group()
+    del group                   # the last holder: the group ends here, without the GIL
 
 
 def sharded(m: Tiny) -> Tiny:

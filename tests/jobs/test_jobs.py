@@ -20,6 +20,7 @@ import torch
 
 import dynstep
 
+from .. import reaper
 from . import job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,8 +36,25 @@ def env(**dynstep_vars: str) -> dict[str, str]:
 
 
 def run(argv: list[str], environ: dict[str, str], timeout: int = 150) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *argv], env=environ, cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    """The command, bounded: past `timeout` the launcher and every worker of its job are killed (torchrun's
+    workers run in sessions of their own: killing the launcher alone would leave them running)."""
+    try:
+        return subprocess.run([sys.executable, *argv], env=environ, cwd=ROOT, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        killed = end_job()
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        err = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        raise AssertionError(f"{' '.join(argv[:4])} ... did not end within {timeout} s; killed {killed}\n"
+                             f"{(out + err)[-3000:]}") from None
+
+
+def end_job(*procs: subprocess.Popen) -> list[str]:
+    """Kill these processes and every process this test started that still runs (tests/reaper.py)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    return reaper.reap(os.environ.get(reaper.VAR, ""))
 
 
 def torchrun(*args: str, environ: dict[str, str]) -> subprocess.CompletedProcess:
@@ -77,10 +95,6 @@ def test_pause_on_rank_1_only_set_and_continue_equals_eager_with_the_change(tmp_
     """Through `dynstep run ... -m torch.distributed.run`: rank 1 pauses, asks rank 0 (`p@0`), changes its own
     value and rank 0's (`set@0`, answered by rank 0 while it waits at the same node), both train on."""
     commands = "p value.mean(); p@0 value.mean(); ranks; set value = value * 0.5; set@0 value = value * 2; c"
-    # Known defect (left open in this wave's notes): with a cold Inductor cache this job sometimes never
-    # ends after rank 1's script runs out at its second stop (both ranks wait in native code; seen about
-    # one run in three on 2 cores). A plain run first warms the cache, so this test checks the commands.
-    assert torchrun("--out", str(tmp_path / "warm"), environ=env()).returncode == 0
     done = run(["-m", "dynstep", "run", "--pause", "module:layers.1", "--ranks", "1", "--commands", commands,
                 "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", JOB, "--out", str(tmp_path)],
                env())
@@ -120,8 +134,7 @@ def test_a_rank_that_dies_while_the_other_waits_ends_the_job_with_its_name(tmp_p
     try:
         outs = [p.communicate(timeout=150)[0] for p in procs]
     finally:
-        for p in procs:
-            p.kill()
+        end_job(*procs)
     assert procs[1].returncode == -9
     assert procs[0].returncode == 3, outs[0][-3000:]
     assert "rank 1 is not responding (no heartbeat for" in outs[0]
@@ -149,6 +162,7 @@ def test_the_paused_rank_prompts_on_the_launchers_terminal_when_its_output_is_hi
         child.expect(pexpect.EOF)
     finally:
         child.close()
+        end_job()
     assert child.exitstatus == 0, child.before
     assert_trained_like(results(tmp_path), job.simulate(steps=2, scales={1: 0.5}))
 
@@ -175,14 +189,6 @@ def test_a_compile_time_breakpoint_stops_only_the_ranks_that_pause(tmp_path):
     assert_trained_like(results(tmp_path), job.simulate(steps=2))
 
 
-# Known defect, not hidden: under a loaded machine (two test workers on two cores) a 2-rank job sometimes
-# never ends after its last stop (both workers wait in native code; see the issue 26 closing note of
-# 2026-11-25). Non-strict: a pass is a pass, a hang is reported as XFAIL with this reason, not as green.
-JOB_HANG = pytest.mark.xfail(strict=False, reason="known defect: a 2-rank job sometimes never ends after "
-                             "its last stop on a loaded machine (jobs/coordinator.py barrier wait)")
-
-
-@JOB_HANG
 def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
     """`dynstep run --dap PORT --ranks all ... -m torch.distributed.run`: the client attaches to PORT once and
     sees rank 0 and rank 1 as threads; both stop at the pause at once, each is asked and answered on its own
@@ -213,7 +219,7 @@ def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
         exited = client.wait_event("exited", timeout=120)["body"]
         out = proc.communicate(timeout=120)[0]
     finally:
-        proc.kill()
+        end_job(proc)
     assert proc.returncode == 0, out[-3000:]
     assert exited["exitCode"] == 0
     assert sorted(names.values()) == ["rank 0 · MainThread", "rank 1 · MainThread"], names
@@ -228,7 +234,6 @@ def test_one_debug_adapter_for_the_job_with_a_thread_per_rank(tmp_path):
     assert_trained_like(results(tmp_path), job.simulate(steps=2, scales={1: 0.5}))
 
 
-@JOB_HANG
 def test_dynstep_attach_drives_every_rank_through_the_jobs_adapter(tmp_path):
     """`dynstep attach PORT` (commands on stdin) takes each rank's stop in turn, its prompt naming the rank."""
     port = _free_port_run(3)
@@ -243,7 +248,7 @@ def test_dynstep_attach_drives_every_rank_through_the_jobs_adapter(tmp_path):
             time.sleep(0.2)
         out = proc.communicate(timeout=120)[0]
     finally:
-        proc.kill()
+        end_job(proc)
     assert proc.returncode == 0, out[-3000:]
     text = attach.stdout + attach.stderr
     assert attach.returncode == 0, text[-3000:]

@@ -4,6 +4,7 @@ forwarded commands, rank comparison, the nan message."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -196,3 +197,107 @@ def test_the_collective_timeout_is_raised_and_restored_through_compat():
     finally:
         dist.destroy_process_group()
         identity.reset()
+
+
+# -- no wait without a bound: the lockstep's waits against an in-process store ----------------------------------
+
+def _coordinator(store, rank: int):
+    from dynstep.jobs.coordinator import Coordinator
+
+    coord = Coordinator(ranks="all")
+    coord.ident, coord.store, coord.pausers = Identity(rank=rank, world=2, launcher="torchrun"), store, frozenset()
+    return coord
+
+
+def _beating(store, rank: int):
+    """rank's heartbeat, alive, from a thread (stop it with the returned event)."""
+    import threading
+
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(0.2):
+            store.add(f"hb/{rank}", 1)
+
+    threading.Thread(target=beat, daemon=True).start()
+    return stop
+
+
+def test_a_live_rank_that_never_comes_to_the_stop_point_is_waited_for_a_bounded_time(monkeypatch, events):
+    """Rank 1 is alive (heartbeats) and not paused, but never reaches stop #0 (its stop points no longer line
+    up): rank 0 waits DYNSTEP_LOCKSTEP_WAIT while nobody moves, says so, and goes on without the lockstep;
+    rank 1, at its next stop point, goes on without it too, told why."""
+    import time
+
+    from torch.distributed import HashStore
+
+    from dynstep.core.events import Warning_
+
+    monkeypatch.setenv("DYNSTEP_LOCKSTEP_WAIT", "2")
+    store = HashStore()
+    store.set("at/1", json.dumps({"k": -1}))
+    stop = _beating(store, 1)
+    try:
+        zero = _coordinator(store, 0)
+        start = time.monotonic()
+        assert zero.agree(True) is True                      # its own answer: no barrier any more
+        assert 2 <= time.monotonic() - start < 30 and zero.detached
+        assert zero.agree(False) is False and zero.k == 1    # no more barriers (k stays)
+        one = _coordinator(store, 1)
+        assert one.agree(False) is False and one.detached
+    finally:
+        stop.set()
+    warnings = [e.message for e in events if isinstance(e, Warning_)]
+    assert len(warnings) == 2, warnings
+    assert "rank 0 stops waiting for the other ranks at stop points: rank 0 waited at stop #0 for rank 1 (last seen " \
+           "at stop #-1" in warnings[0] and "DYNSTEP_LOCKSTEP_WAIT" in warnings[0]
+    assert warnings[1].startswith("dynstep: rank 1 stops waiting for the other ranks at stop points: rank 0 gave up "
+                                  "the lockstep first: rank 0 waited at stop #0")
+
+
+def test_a_paused_rank_holds_the_others_as_long_as_it_likes(monkeypatch):
+    """While a rank is paused (the user looks), the lockstep's bound does not run out."""
+    import threading
+    import time
+
+    from torch.distributed import HashStore
+
+    monkeypatch.setenv("DYNSTEP_LOCKSTEP_WAIT", "2")
+    store = HashStore()
+    store.set("at/1", json.dumps({"k": 0}))
+    store.set("paused/1", json.dumps({"k": 0, "pause": 1, "node": "x_3"}))
+    stop = _beating(store, 1)
+
+    def come_later():    # rank 1 goes on after 4 s paused: it arrives, releasing rank 0
+        time.sleep(4)
+        store.delete_key("paused/1")
+        if store.add("arr/0", 1) == 2:
+            store.set("go/0", "go:0:0")
+
+    threading.Thread(target=come_later, daemon=True).start()
+    try:
+        zero = _coordinator(store, 0)
+        assert zero.agree(False) is False and not zero.detached
+    finally:
+        stop.set()
+
+
+def test_a_terminal_turn_held_by_a_rank_no_longer_paused_is_taken_over(events):
+    """The turn is given back after the pause ends; a turn left behind (rank 1 is not paused) is not waited on
+    for ever: rank 0 takes it after a short grace, and says so."""
+    from torch.distributed import HashStore
+
+    from dynstep.core.events import Warning_
+
+    store = HashStore()
+    store.set("turn", "1")
+    stop = _beating(store, 1)
+    try:
+        zero = _coordinator(store, 0)
+        assert zero._take_turn(None, follow=False) is None
+    finally:
+        stop.set()
+    assert store.get("turn") == b"0"
+    (warning,) = [e.message for e in events if isinstance(e, Warning_)]
+    assert re.fullmatch(r"dynstep: rank 1 held the terminal turn without being paused for \d+ s; rank 0 takes it",
+                        warning), warning
