@@ -268,13 +268,15 @@ def _checked_after_replay(compiled: Callable[..., Any], sites: list, opts: Optio
         rings.raise_first_nonfinite(nan_sites)
         return out
 
-    if getattr(compiled, "_boxed_call", False):   # Dynamo calls boxed callables with one list of inputs
-        def checked_boxed(args: list) -> Any:
-            return after(compiled(args))
+    def checked(*args: Any) -> Any:
+        # Called exactly as the caller calls `compiled` (one list when Dynamo honours
+        # `_boxed_call`, spread out otherwise: torch 2.11's Dynamo calls AOT's forward so), and
+        # passed on unchanged: a transparent wrapper, whatever calling convention this torch uses.
+        return after(compiled(*args))
 
-        checked_boxed._boxed_call = True  # type: ignore[attr-defined]
-        return checked_boxed
-    return lambda *args: after(compiled(*args))
+    if getattr(compiled, "_boxed_call", False):
+        checked._boxed_call = True  # type: ignore[attr-defined]
+    return checked
 
 
 def superstep(**options: Any) -> Callable[..., Any]:

@@ -165,11 +165,7 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
       }
     }
     if ((a & kCompare) && s.compare && !s.compare_failed) check_against_expected(x, s, call);
-    if ((a & kNonFiniteFlag) && (st.nan || st.inf) && !s.nonfinite_seen) {
-      s.nonfinite_seen = true;
-      if (s.compare_message.empty()) s.compare_message = "call " + std::to_string(call) + ": " + std::to_string(st.nan) + " NaN, " +
-          std::to_string(st.inf) + " Inf";
-    }
+    if ((a & kNonFiniteFlag) && (st.nan || st.inf)) flag_nonfinite(s, call, st.nan, st.inf);
   }
   if (python_hit) call_python(g_on_hit, x, site, call, st);
 }
@@ -262,7 +258,8 @@ py::tuple site_state(int64_t site) {
   TORCH_CHECK(s, "dynstep: site ", site, " is not registered natively");
   std::lock_guard<std::mutex> g(s->mu);
   return py::make_tuple(s->calls.load(), s->nonfinite_seen, s->compare_failed, s->compare_message,
-                        s->size, s->dropped_ring, s->dropped_memory);
+                        s->size, s->dropped_ring, s->dropped_memory, s->nonfinite_call, s->nonfinite_nan,
+                        s->nonfinite_inf);
 }
 
 void reset_flags(int64_t site) {
@@ -270,6 +267,8 @@ void reset_flags(int64_t site) {
   if (!s) return;
   std::lock_guard<std::mutex> g(s->mu);
   s->nonfinite_seen = s->compare_failed = false;
+  s->nonfinite_call = -1;
+  s->nonfinite_nan = s->nonfinite_inf = 0;
   s->compare_message.clear();
 }
 

@@ -195,6 +195,10 @@ struct SiteState {
   int64_t head = 0, size = 0;
   int64_t dropped_ring = 0, dropped_memory = 0;
   bool nonfinite_seen = false;
+  // The first non-finite hit since the flags were last reset, typed (site_state hands them to
+  // Python as numbers): its call (-1: a CUDA hit whose slot was overwritten before the host read
+  // it, see probe_cuda.cu take_nonfinite) and its counts.
+  int64_t nonfinite_call = -1, nonfinite_nan = 0, nonfinite_inf = 0;
   bool compare_failed = false;
   std::string compare_message;
   std::unique_ptr<Compare> compare;
@@ -400,6 +404,41 @@ inline bool Registry::make_room(SiteState* self, int64_t nbytes) {
 
 // Claim the next ring slot of `s` (caller holds s.mu); the overwritten oldest entry is counted.
 // The slot keeps its buffer's capacity, so a hit after warm-up does not allocate.
+// The site's sticky non-finite flag (caller holds s.mu): the first NaN/Inf hit since the last
+// reset, with its call and counts; its message only where no compare message is there already.
+inline void flag_nonfinite(SiteState& s, int64_t call, int64_t nan, int64_t inf, const std::string& message) {
+  if (s.nonfinite_seen) return;
+  s.nonfinite_seen = true;
+  s.nonfinite_call = call;
+  s.nonfinite_nan = nan;
+  s.nonfinite_inf = inf;
+  if (s.compare_message.empty()) s.compare_message = message;
+}
+
+inline void flag_nonfinite(SiteState& s, int64_t call, int64_t nan, int64_t inf) {
+  if (s.nonfinite_seen) return;
+  flag_nonfinite(s, call, nan, inf,
+                 "call " + std::to_string(call) + ": " + std::to_string(nan) + " NaN, " + std::to_string(inf) + " Inf");
+}
+
+inline Entry& claim_slot(SiteState& s);
+
+// One hit into the site's ring: what every kernel (CPU, the CUDA host callback, the CUDA ring
+// harvest) writes for a hit; the caller adds a copy of the value where it keeps one (holds s.mu).
+inline Entry& record_hit(SiteState& s, int64_t call, uint64_t thread, const Stats& st, const std::vector<int64_t>& shape,
+                         int dtype, int device) {
+  Entry& e = claim_slot(s);
+  e.seq = Registry::get().next_seq();
+  e.call = call;
+  e.thread = thread;
+  e.stats = st;
+  e.shape = shape;
+  e.dtype = dtype;
+  e.device = device;
+  e.has_tensor = false;
+  return e;
+}
+
 inline Entry& claim_slot(SiteState& s) {
   if (s.size == s.capacity) {
     ++s.dropped_ring;

@@ -178,8 +178,13 @@ def spawn_dynstep(*args: str, timeout: int = 120):
 
     import pexpect
 
+    from dynstep.ops.native import cache_root
+
+    # HOME moves, so the native kernel's cache is named: the one pytest_sessionstart built (a fresh
+    # machine has no other; a build inside a test would eat its time limit)
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "TERM": "dumb",
            "NO_COLOR": "1", "COLUMNS": "160", "HOME": os.environ.get("TMPDIR", "/tmp"),
+           "DYNSTEP_CACHE_DIR": str(cache_root()),
            "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/tmp/dynstep-inductor-cache")}
     env.pop("DYNSTEP_COMMANDS", None)
     return pexpect.spawn(sys.executable, ["-m", "dynstep", *args], cwd=ROOT, env=env, encoding="utf-8",

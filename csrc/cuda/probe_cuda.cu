@@ -99,28 +99,22 @@ __device__ __forceinline__ DevAcc dev_empty() {
   return a;
 }
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;           // threads of a multi-block stats launch
+constexpr int kBlocksPerSM = 4;         // resident blocks per SM a stats launch aims for
 constexpr int64_t kMaxRing = 1 << 16;  // slots of a stats-only payload's mapped ring
+constexpr int kCounterSlots = 1 << 14;  // payloads of one device with a device-side counter pair
 
-__device__ void block_reduce(DevAcc& mine, DevAcc* shared) {
-  shared[threadIdx.x] = mine;
-  __syncthreads();
-  for (int step = blockDim.x / 2; step > 0; step >>= 1) {
-    if (threadIdx.x < step) dev_merge(shared[threadIdx.x], shared[threadIdx.x + step]);
-    __syncthreads();
-  }
-  mine = shared[0];
-}
-
-template <typename T>
-__device__ __forceinline__ double shift_of(const T* x, long long n) {
-  double first = n > 0 ? to_double(x[0]) : 0.0;
-  return isfinite(first) ? first : 0.0;
-}
+// Per-payload counters in device memory (module globals are per context, i.e. per device), so
+// the hot path never does an atomic on mapped host memory. A slot belongs to one live payload;
+// `g_ticket` is back to 0 after every launch (its last block resets it), `g_published` only
+// grows (a reused slot starts where its last owner stopped: Payload::harvested).
+__device__ unsigned int g_ticket[kCounterSlots];
+__device__ unsigned long long g_published[kCounterSlots];
 
 // Publish one hit's stats into the mapped ring (one thread).
-__device__ void publish(const DevAcc& a, double shift, RingHeader* head, RingSlot* slots, unsigned long long capacity) {
-  unsigned long long index = atomicAdd(&head->count, 1ULL);
+__device__ void publish(const DevAcc& a, double shift, int slot_id, RingHeader* head, RingSlot* slots,
+                        unsigned long long capacity) {
+  unsigned long long index = atomicAdd(&g_published[slot_id], 1ULL);
   RingSlot* slot = slots + index % capacity;
   volatile unsigned long long* seq = &slot->seq;
   *seq = 0ULL;  // being written
@@ -138,44 +132,183 @@ __device__ void publish(const DevAcc& a, double shift, RingHeader* head, RingSlo
   *seq = index + 1;
 }
 
-// Stats-only hit of a small tensor (one block): reduce and publish, one kernel node.
 template <typename T>
-__global__ void stats_publish(const T* x, long long n, RingHeader* head, RingSlot* slots, unsigned long long capacity) {
-  __shared__ DevAcc shared[kThreads];
-  const double shift = shift_of(x, n);
-  DevAcc a = dev_empty();
-  for (long long i = threadIdx.x; i < n; i += blockDim.x) dev_add(a, to_double(x[i]), shift);
-  block_reduce(a, shared);
-  if (threadIdx.x == 0) publish(a, shift, head, slots, capacity);
+__device__ __forceinline__ double shift_of(const T* x, long long n) {
+  double first = n > 0 ? to_double(x[0]) : 0.0;
+  return isfinite(first) ? first : 0.0;
 }
 
-// Pass 1: each block reduces a grid-stride slice into partials[blockIdx.x].
-template <typename T>
-__global__ void stats_partial(const T* x, long long n, DevAcc* partials, double* shift_out) {
-  __shared__ DevAcc shared[kThreads];
-  const double shift = shift_of(x, n);
-  DevAcc a = dev_empty();
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    dev_add(a, to_double(x[i]), shift);
+// -- one-pass statistics ----------------------------------------------------------------------------
+// Each thread reads its share in 16-byte vector loads at the value's own width (8 halves, 4 floats,
+// ...), folds every vector in the compute type (float for 16/32-bit floating and small integer
+// types, double for double and 32/64-bit integers) with the data shifted by the first element, and
+// adds the vector's sums into double accumulators; warps fold with shuffles, blocks through shared
+// memory, and the last block to finish (a ticket) folds the blocks' partials in double and publishes.
+// One kernel node per hit, one read of the tensor.
+template <typename T> struct ComputeOf { using type = float; };
+template <> struct ComputeOf<double> { using type = double; };
+template <> struct ComputeOf<long long> { using type = double; };
+template <> struct ComputeOf<int> { using type = double; };
+
+template <typename T> struct IsFloating { static constexpr bool value = false; };
+template <> struct IsFloating<double> { static constexpr bool value = true; };
+template <> struct IsFloating<float> { static constexpr bool value = true; };
+template <> struct IsFloating<__half> { static constexpr bool value = true; };
+template <> struct IsFloating<__nv_bfloat16> { static constexpr bool value = true; };
+
+template <typename C, typename T> __device__ __forceinline__ C to_compute(T v) { return static_cast<C>(v); }
+template <> __device__ __forceinline__ float to_compute<float, __half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_compute<float, __nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <> __device__ __forceinline__ float to_compute<float, bool>(bool v) { return v ? 1.0f : 0.0f; }
+
+template <typename C> __device__ __forceinline__ C c_inf();
+template <> __device__ __forceinline__ float c_inf<float>() { return CUDART_INF_F; }
+template <> __device__ __forceinline__ double c_inf<double>() { return CUDART_INF; }
+
+template <typename C> __device__ __forceinline__ C c_max_finite();
+template <> __device__ __forceinline__ float c_max_finite<float>() { return 3.402823466e38f; }
+template <> __device__ __forceinline__ double c_max_finite<double>() { return 1.7976931348623157e308; }
+
+// A thread's running statistics: sums in double, extremes in the compute type, 32-bit counts (a
+// thread sees far fewer than 2^32 elements; the fold widens them).
+template <typename C> struct ThreadAcc {
+  double sum, sumsq;
+  C min, max;
+  unsigned int nan, bad;  // bad: NaN or +-Inf
+};
+
+// Fold K consecutive elements: their shifted sums in C, then once into the double sums. Kept to
+// a few instructions per element (the 16-bit types are otherwise compute-bound, not memory-bound).
+template <typename T, int K, typename C>
+__device__ __forceinline__ void fold(const T* v, C shift, ThreadAcc<C>& t) {
+  C s = 0, ss = 0;
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const C x = to_compute<C>(v[i]);
+    if constexpr (IsFloating<T>::value) {
+      const bool is_nan = x != x;
+      const bool bad = !(fabs(x) <= c_max_finite<C>());  // NaN compares false too
+      t.nan += is_nan;
+      t.bad += bad;
+      const C d = bad ? C(0) : x - shift;
+      s += d;
+      ss = fma(d, d, ss);
+      t.min = fmin(t.min, bad ? c_inf<C>() : x);
+      t.max = fmax(t.max, bad ? -c_inf<C>() : x);
+    } else {
+      const C d = x - shift;
+      s += d;
+      ss = fma(d, d, ss);
+      t.min = fmin(t.min, x);
+      t.max = fmax(t.max, x);
+    }
   }
-  block_reduce(a, shared);
-  if (threadIdx.x == 0) {
-    partials[blockIdx.x] = a;
-    if (blockIdx.x == 0) *shift_out = shift;
+  t.sum += static_cast<double>(s);
+  t.sumsq += static_cast<double>(ss);
+}
+
+__device__ __forceinline__ void warp_fold(DevAcc& a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a.sum += __shfl_down_sync(0xffffffffu, a.sum, o);
+    a.sumsq += __shfl_down_sync(0xffffffffu, a.sumsq, o);
+    a.min = fmin(a.min, __shfl_down_sync(0xffffffffu, a.min, o));
+    a.max = fmax(a.max, __shfl_down_sync(0xffffffffu, a.max, o));
+    a.nan += __shfl_down_sync(0xffffffffu, a.nan, o);
+    a.inf += __shfl_down_sync(0xffffffffu, a.inf, o);
   }
 }
 
-// Pass 2: one block folds the partials into `out` (record mode: copied to the host next), or
-// publishes them into the mapped ring (stats only: `head` set).
-__global__ void stats_final(const DevAcc* partials, int blocks, DevAcc* out, const double* shift, RingHeader* head,
-                            RingSlot* slots, unsigned long long capacity) {
-  __shared__ DevAcc shared[kThreads];
-  DevAcc a = dev_empty();
-  for (int i = threadIdx.x; i < blocks; i += blockDim.x) dev_merge(a, partials[i]);
-  block_reduce(a, shared);
-  if (threadIdx.x == 0) {
-    if (head != nullptr) publish(a, *shift, head, slots, capacity);
-    else *out = a;
+// The block's fold of `a` (every thread calls it; the result is valid in thread 0).
+__device__ __forceinline__ DevAcc block_fold(DevAcc a) {
+  __shared__ DevAcc warps[32];
+  warp_fold(a);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  if (nwarps == 1) return a;
+  if (lane == 0) warps[warp] = a;
+  __syncthreads();
+  if (warp == 0) {
+    a = lane < nwarps ? warps[lane] : dev_empty();
+    warp_fold(a);
+  }
+  __syncthreads();  // `warps` may be reused by a later call
+  return a;
+}
+
+// x: the value (contiguous), n elements. Publishes into the ring (`head` set) or writes the fold to
+// `out` and the shift to `shift_out` (record mode: copied to the host next).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) stats_onepass(const T* __restrict__ x, long long n, DevAcc* partials,
+                                                          int slot_id, DevAcc* out, double* shift_out,
+                                                          RingHeader* head, RingSlot* slots,
+                                                          unsigned long long capacity) {
+  using C = typename ComputeOf<T>::type;
+  constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
+  const double shift = shift_of(x, n);
+  const C cshift = static_cast<C>(shift);
+  ThreadAcc<C> t{0.0, 0.0, c_inf<C>(), -c_inf<C>(), 0u, 0u};
+  const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const auto addr = reinterpret_cast<unsigned long long>(x);
+  long long head_n = n;  // elements before the first 16-byte boundary (all of them if misaligned for T)
+  if (addr % sizeof(T) == 0) {
+    const long long to_boundary = static_cast<long long>((16 - addr % 16) % 16 / sizeof(T));
+    head_n = to_boundary < n ? to_boundary : n;
+  }
+  const long long nvec = (n - head_n) / V;
+  for (long long i = tid; i < head_n; i += stride) fold<T, 1>(x + i, cshift, t);
+  const uint4* vx = reinterpret_cast<const uint4*>(x + head_n);
+  long long i = tid;
+  for (; i + 3 * stride < nvec; i += 4 * stride) {  // four 16-byte loads in flight per thread
+    const uint4 a = vx[i], b = vx[i + stride], c = vx[i + 2 * stride], d = vx[i + 3 * stride];
+    fold<T, V>(reinterpret_cast<const T*>(&a), cshift, t);
+    fold<T, V>(reinterpret_cast<const T*>(&b), cshift, t);
+    fold<T, V>(reinterpret_cast<const T*>(&c), cshift, t);
+    fold<T, V>(reinterpret_cast<const T*>(&d), cshift, t);
+  }
+  for (; i < nvec; i += stride) {
+    const uint4 a = vx[i];
+    fold<T, V>(reinterpret_cast<const T*>(&a), cshift, t);
+  }
+  for (long long j = head_n + nvec * V + tid; j < n; j += stride) fold<T, 1>(x + j, cshift, t);
+
+  DevAcc a;
+  a.sum = t.sum; a.sumsq = t.sumsq;
+  a.min = static_cast<double>(t.min); a.max = static_cast<double>(t.max);
+  a.absmax = 0.0; a.nan = t.nan; a.inf = t.bad - t.nan; a.count = 0;
+  a = block_fold(a);
+  if (gridDim.x > 1) {
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+      partials[blockIdx.x] = a;
+      __threadfence();
+      last = atomicAdd(&g_ticket[slot_id], 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    DevAcc f = dev_empty();
+    for (int b = threadIdx.x; b < static_cast<int>(gridDim.x); b += blockDim.x) {
+      const volatile DevAcc* pb = partials + b;
+      DevAcc q;
+      q.sum = pb->sum; q.sumsq = pb->sumsq; q.min = pb->min; q.max = pb->max;
+      q.nan = pb->nan; q.inf = pb->inf;
+      f.sum += q.sum; f.sumsq += q.sumsq; f.min = fmin(f.min, q.min); f.max = fmax(f.max, q.max);
+      f.nan += q.nan; f.inf += q.inf;
+    }
+    a = block_fold(f);
+    if (threadIdx.x == 0) g_ticket[slot_id] = 0u;  // ready for the next launch (or replay)
+  }
+  if (threadIdx.x != 0) return;
+  a.count = static_cast<unsigned long long>(n) - a.nan - a.inf;
+  a.absmax = a.count ? fmax(fabs(a.min), fabs(a.max)) : 0.0;
+  if (head != nullptr) {
+    publish(a, shift, slot_id, head, slots, capacity);
+  } else {
+    *out = a;
+    *shift_out = shift;
   }
 }
 
@@ -193,6 +326,7 @@ struct FusedSite {
   RingHeader* head;
   RingSlot* slots;
   unsigned long long capacity;
+  int slot_id;
 };
 
 struct FusedBatch {
@@ -217,7 +351,7 @@ __global__ void publish_fused(FusedBatch b) {
     a.nan = static_cast<unsigned long long>(nan);
     a.inf = static_cast<unsigned long long>(bad - nan);
     a.count = static_cast<unsigned long long>(s.numel - bad);
-    publish(a, 0.0, s.head, s.slots, s.capacity);
+    publish(a, 0.0, s.slot_id, s.head, s.slots, s.capacity);
   }
 }
 
@@ -236,6 +370,8 @@ struct Payload {
   int mode = kModeSummary;
   int device = 0;                 // CUDA device the payload's buffers belong to
   int blocks = 1;
+  int threads = kThreads;
+  int slot_id = -1;               // its device counters (g_ticket, g_published); -1: none
   DevAcc* d_partials = nullptr;   // device scratch: blocks partials + 1 final
   double* d_shift = nullptr;
   HostStats* h_stats = nullptr;   // pinned
@@ -246,6 +382,7 @@ struct Payload {
   RingHeader* d_head = nullptr;
   RingSlot* d_slots = nullptr;
   uint64_t harvested = 0;         // next ring index the host takes (under g_harvest_mu)
+  uint64_t published_base = 0;    // g_published[slot_id] when this payload took the slot
   bool nonfinite_taken = false;   // the header's first non-finite hit has been seen by the host
   std::atomic<int64_t> replays{0};
   std::atomic<int64_t> inflight{0};  // eager hits enqueued whose host callback has not run yet
@@ -373,22 +510,9 @@ static void CUDART_CB on_host(void* user) {
   Stats st = p.mode == kModeFullCopy ? host_stats(p) : (p.numel ? finish(*p.h_stats) : Stats{});
   std::lock_guard<std::mutex> g(s.mu);
   if ((s.actions & kCompare) && s.compare && !s.compare_failed && copied) host_compare(p, s, call);
-  if ((st.nan || st.inf) && (s.actions & kNonFiniteFlag) && !s.nonfinite_seen) {
-    s.nonfinite_seen = true;
-    if (s.compare_message.empty())
-      s.compare_message = "call " + std::to_string(call) + ": " + std::to_string(st.nan) + " NaN, " +
-          std::to_string(st.inf) + " Inf";
-  }
+  if ((st.nan || st.inf) && (s.actions & kNonFiniteFlag)) flag_nonfinite(s, call, st.nan, st.inf);
   if (!(s.actions & (kSummary | kRecord))) return;
-  Entry& e = claim_slot(s);
-  e.seq = Registry::get().next_seq();
-  e.call = call;
-  e.thread = static_cast<uint64_t>(pthread_self());
-  e.stats = st;
-  e.shape = p.shape;
-  e.dtype = p.dtype;
-  e.device = p.device;
-  e.has_tensor = false;
+  Entry& e = record_hit(s, call, static_cast<uint64_t>(pthread_self()), st, p.shape, p.dtype, p.device);
   if (copied && (s.actions & kRecord) && Registry::get().make_room(&s, p.nbytes)) {
     e.data.resize(static_cast<size_t>(p.nbytes));  // capacity reused after the first replay
     std::memcpy(e.data.data(), p.h_copy, static_cast<size_t>(p.nbytes));
@@ -402,16 +526,52 @@ static void CUDART_CB on_host(void* user) {
 
 template <typename T>
 static cudaError_t launch_stats(const Payload& p, const void* x, cudaStream_t stream) {
-  const T* data = static_cast<const T*>(x);
-  const auto capacity = static_cast<unsigned long long>(p.ring_capacity);
-  if (p.d_head != nullptr && p.blocks == 1) {  // stats only, small: one kernel node
-    stats_publish<T><<<1, kThreads, 0, stream>>>(data, p.numel, p.d_head, p.d_slots, capacity);
-    return cudaGetLastError();
-  }
-  stats_partial<T><<<p.blocks, kThreads, 0, stream>>>(data, p.numel, p.d_partials, p.d_shift);
-  stats_final<<<1, kThreads, 0, stream>>>(p.d_partials, p.blocks, p.d_partials + p.blocks, p.d_shift, p.d_head,
-                                          p.d_slots, capacity);
+  stats_onepass<T><<<p.blocks, p.threads, 0, stream>>>(static_cast<const T*>(x), p.numel, p.d_partials, p.slot_id,
+                                                       p.d_partials + p.blocks, p.d_shift, p.d_head, p.d_slots,
+                                                       static_cast<unsigned long long>(p.ring_capacity));
   return cudaGetLastError();
+}
+
+// -- device counter slots ---------------------------------------------------------------------------
+// Per device: free slots and, per slot, how many hits its last owner published (g_published only
+// grows; a new owner's ring indices continue from there). Under slots_mu; leaked on purpose.
+struct SlotPool {
+  std::vector<int> free_ids;
+  std::vector<unsigned long long> published;  // per slot id handed out so far
+};
+static std::mutex& slots_mu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+static SlotPool& slot_pool(int device) {
+  static auto* pools = new std::vector<SlotPool>();
+  if (device >= static_cast<int>(pools->size())) pools->resize(device + 1);
+  return (*pools)[device];
+}
+
+// A free slot of `device` and where its ring indices start, or -1 when all are taken.
+static int take_slot(int device, unsigned long long* base) {
+  std::lock_guard<std::mutex> g(slots_mu());
+  SlotPool& pool = slot_pool(device);
+  if (pool.free_ids.empty()) {
+    if (pool.published.size() >= static_cast<size_t>(kCounterSlots)) return -1;
+    pool.published.push_back(0);
+    *base = 0;
+    return static_cast<int>(pool.published.size()) - 1;
+  }
+  int id = pool.free_ids.back();
+  pool.free_ids.pop_back();
+  *base = pool.published[id];
+  return id;
+}
+
+// Give a slot back once nothing more can be published through it (its payload's graphs and hits
+// are done), with the count of hits published through it so far.
+static void give_slot(int device, int id, unsigned long long published) {
+  std::lock_guard<std::mutex> g(slots_mu());
+  SlotPool& pool = slot_pool(device);
+  pool.published[id] = published;
+  pool.free_ids.push_back(id);
 }
 
 static cudaError_t launch_stats_any(const Payload& p, const void* x, cudaStream_t stream) {
@@ -496,12 +656,10 @@ static void take_nonfinite(Payload& p) {
   std::shared_ptr<SiteState> sp = Registry::get().find(p.site);
   if (!sp || sp->closed.load() || !(sp->actions.load() & kNonFiniteFlag)) return;
   std::lock_guard<std::mutex> g(sp->mu);
-  if (sp->nonfinite_seen) return;
-  sp->nonfinite_seen = true;
-  if (sp->compare_message.empty())
-    sp->compare_message = "CUDA hit " + std::to_string(h->nonfinite_index1 - 1) + " of this capture (its summary " +
+  flag_nonfinite(*sp, -1, static_cast<int64_t>(h->nonfinite_nan), static_cast<int64_t>(h->nonfinite_inf),
+                 "CUDA hit " + std::to_string(h->nonfinite_index1 - 1 - p.published_base) + " of this capture (its summary " +
         "was overwritten before it was read): " + std::to_string(h->nonfinite_nan) + " NaN, " +
-        std::to_string(h->nonfinite_inf) + " Inf";
+        std::to_string(h->nonfinite_inf) + " Inf");
 }
 
 // One hit into its site's ring, as the host callback would have written it.
@@ -518,22 +676,9 @@ static void deliver(const Taken& t) {
   Stats st = p.numel ? finish(t.acc, t.shift) : Stats{};
   const int64_t a = s.actions.load();
   std::lock_guard<std::mutex> g(s.mu);
-  if ((st.nan || st.inf) && (a & kNonFiniteFlag) && !s.nonfinite_seen) {
-    s.nonfinite_seen = true;
-    if (s.compare_message.empty())
-      s.compare_message = "call " + std::to_string(call) + ": " + std::to_string(st.nan) + " NaN, " +
-          std::to_string(st.inf) + " Inf";
-  }
+  if ((st.nan || st.inf) && (a & kNonFiniteFlag)) flag_nonfinite(s, call, st.nan, st.inf);
   if (!(a & (kSummary | kRecord))) return;
-  Entry& e = claim_slot(s);
-  e.seq = Registry::get().next_seq();
-  e.call = call;
-  e.thread = 0;
-  e.stats = st;
-  e.shape = p.shape;
-  e.dtype = p.dtype;
-  e.device = p.device;
-  e.has_tensor = false;
+  record_hit(s, call, 0, st, p.shape, p.dtype, p.device);
 }
 
 static int64_t harvest_locked(const std::vector<Payload*>& payloads) {
@@ -565,6 +710,9 @@ static void destroy(Payload* p) {
     auto& v = ring_payloads();
     v.erase(std::remove(v.begin(), v.end(), p), v.end());
   }
+  // Every launch that could publish through the slot has finished (the synchronisation above):
+  // g_published[slot] now equals the ring index the host reached.
+  if (p->slot_id >= 0) give_slot(p->device, p->slot_id, p->h_head ? p->harvested : p->published_base);
   if (p->h_head) cudaFreeHost(p->h_head);
   if (p->h_stats) cudaFreeHost(p->h_stats);
   if (p->h_copy) cudaFreeHost(p->h_copy);
@@ -622,9 +770,27 @@ cudaError_t prepare(int64_t site, int dtype, const int64_t* shape, int ndim, int
   p->numel = numel;
   p->nbytes = numel * element_size;
   p->mode = mode;
-  long long want = (numel + kThreads - 1) / kThreads;
-  p->blocks = static_cast<int>(want < 1 ? 1 : (want > 1024 ? 1024 : want));
   if ((err = cudaGetDevice(&p->device)) != cudaSuccess) goto done;
+  {
+    // One pass: enough blocks to fill the device (a few per SM), each thread taking 16-byte vectors;
+    // a small value gets one block of just enough warps (no shared-memory fold, no ticket).
+    int sms = 0;
+    if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device)) != cudaSuccess) goto done;
+    const long long per_vector = element_size > 0 && element_size <= 16 ? 16 / element_size : 1;
+    const long long vectors = (numel + per_vector - 1) / per_vector;
+    const long long want = (vectors + kThreads - 1) / kThreads;
+    const long long most = static_cast<long long>(std::max(sms, 1)) * kBlocksPerSM;
+    p->blocks = static_cast<int>(want < 1 ? 1 : (want > most ? most : want));
+    p->threads = kThreads;
+    if (p->blocks == 1) p->threads = static_cast<int>(std::min<long long>(kThreads, std::max<long long>(32, (vectors + 31) / 32 * 32)));
+  }
+  {
+    unsigned long long base = 0;
+    p->slot_id = take_slot(p->device, &base);
+    if (p->slot_id < 0) { err = cudaErrorMemoryAllocation; goto done; }
+    p->published_base = base;
+    p->harvested = base;
+  }
   if (mode != kModeFused) {  // a fused payload only publishes what Inductor's kernels reduced
     if ((err = cudaMalloc(&p->d_partials, sizeof(DevAcc) * (p->blocks + 1))) != cudaSuccess) goto done;
     if ((err = cudaMalloc(&p->d_shift, sizeof(double))) != cudaSuccess) goto done;
@@ -688,7 +854,7 @@ static cudaError_t enqueue_fused_run(const FusedHit* hits, int n, cudaStream_t s
       b.site[i] = FusedSite{static_cast<const double*>(h.sum), static_cast<const double*>(h.sumsq), h.min, h.max,
                             static_cast<const long long*>(h.nan), static_cast<const long long*>(h.bad),
                             h.payload->numel, h.payload->d_head, h.payload->d_slots,
-                            static_cast<unsigned long long>(h.payload->ring_capacity)};
+                            static_cast<unsigned long long>(h.payload->ring_capacity), h.payload->slot_id};
     }
     cudaError_t err = dispatch_dtype(
         hits[at].value_dtype,

@@ -113,3 +113,9 @@ COMPILE_STOP = CommandTable("a compile-time stop", [
     Command("guards"), Command("code"),
     Command("quit", ("q",)), Command("help", ("h",), anytime=True),
 ])
+
+
+TABLES = (NODE_STOP, BYTECODE_STOP, COMPILE_STOP)
+
+# The DAP requests that resume a stopped program, at any kind of stop: the union of the tables'.
+RESUME_REQUESTS = frozenset(r.split(":")[0] for t in TABLES for c in t.commands.values() if c.resumes for r in c.dap)

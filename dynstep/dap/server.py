@@ -27,6 +27,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..core.command_table import RESUME_REQUESTS
 from ..step.graphs import GRAPHS
 from .endpoint import Endpoint
 from .protocol import ANSWERED, FRAME_TIMEOUT_S, Connection, DapError
@@ -34,7 +35,7 @@ from .requests import HANDLERS, SessionRequests, process_body
 
 STOP_COMMANDS = frozenset({"stackTrace", "scopes", "variables", "evaluate", "setVariable", "setExpression",
                            "exceptionInfo", "disassemble", "continue", "next", "stepIn", "stepOut"})
-RESUME = frozenset({"continue", "next", "stepIn", "stepOut"})
+RESUME = RESUME_REQUESTS   # from the command tables: the requests that resume at some kind of stop
 
 
 class Held:

@@ -47,7 +47,9 @@ def tracer() -> tuple[int, str]:
 
 
 def is_debugger(name: str) -> bool:
-    return name in DEBUGGERS or name.endswith("-gdb") or name.startswith("gdb")
+    """`name` is the tracer's /proc/PID/comm (15 characters at most). cuda-gdb runs as
+    `cuda-gdb-python` (its Python-enabled binary; seen on an H200 with CUDA 13.0)."""
+    return name in DEBUGGERS or "gdb" in name.split("-") or name.startswith("gdb")
 
 
 def handoff_path(pid: int | None = None) -> str:

@@ -12,7 +12,6 @@ they happen while `set_immediate(True)` (a streaming session, sessions in severa
 from __future__ import annotations
 
 import dataclasses
-import re
 import warnings
 from types import ModuleType
 
@@ -212,9 +211,6 @@ def site_report(site_id: int) -> SiteReport:
     return SiteReport(calls, nonfinite, failed, message, py.unchecked)
 
 
-_FLAG_MESSAGE = re.compile(r"^call (\d+): (\d+) NaN, (\d+) Inf")
-
-
 def raise_first_nonfinite(site_ids: list[int]) -> None:
     """After a replayed CUDA graph: the first of `site_ids` (graph order) whose device check saw
     NaN/Inf in this replay is reported as the Python check would have (raise, warn or stop), and
@@ -224,15 +220,15 @@ def raise_first_nonfinite(site_ids: list[int]) -> None:
         return
     first = None
     for site_id in site_ids:
-        _calls, nonfinite, _failed, message, *_ = native.site_state(site_id)
+        state = native.site_state(site_id)
+        nonfinite, (call, nan, inf) = state[1], state[7:10]   # typed by the native side (probe_state.h)
         if nonfinite and first is None:
-            first = (site_id, message)
+            first = (site_id, max(call, 0), nan, inf)   # call -1: a CUDA hit whose slot was overwritten unread
         if nonfinite:
             native.reset_flags(site_id)
     if first is not None:
-        match = _FLAG_MESSAGE.match(first[1])
-        call, nan, inf = (int(g) for g in match.groups()) if match else (0, 0, 0)
-        runtime.nonfinite_at_replay(SITES.get(first[0]), nan, inf, call)
+        site_id, call, nan, inf = first
+        runtime.nonfinite_at_replay(SITES.get(site_id), nan, inf, call)
 
 
 def reset_checks(site_id: int) -> None:

@@ -41,18 +41,25 @@ def test_fused_statistics_on_cuda_and_in_replayed_cuda_graphs(mode):
     compiled = torch.compile(chain, backend="superstep", options=opts)
     with dynstep.session() as s:
         out, code = _compat.run_and_get_code(compiled, x)
+        out = out.clone()    # a CUDA graph tree's output is overwritten by the next replay
         for _ in range(3):   # under reduce-overhead: recorded, then replayed
-            again = compiled(x)
+            again = compiled(x).clone()
         torch.cuda.synchronize()
     text = "\n".join(code)
     assert "dynstep_publish(" in text and "dynstep_probe(" not in text
     torch._dynamo.reset()
-    plain = torch.compile(chain, **({"mode": mode} if mode else {}))(x)
-    assert torch.equal(out, plain) and torch.equal(again, plain)
+    plain = torch.compile(chain, **({"mode": mode} if mode else {}))(x).clone()
+    # Not bitwise on CUDA: with the statistics fused in, Inductor emits other Triton kernels for the
+    # same chain (the probed values feed reductions), and their float rounding may differ by an ulp
+    # (FMA contraction); on the CPU the outputs are bitwise plain (tests/probe/test_fused.py).
+    for got in (out, again):
+        diff = (got - plain).abs().nan_to_num(0.0).max().item()
+        assert torch.allclose(got, plain, rtol=1e-6, atol=1e-6, equal_nan=True), f"max abs diff {diff}"
+        assert torch.equal(got.isnan(), plain.isnan()) and torch.equal(got.isinf(), plain.isinf())
     hits = sorted(s.records("*"), key=lambda r: r.seq)
     assert len(hits) == 4 * 8 and [h.call for h in hits[::8]] == [0, 1, 2, 3]
     last = hits[-1]
-    want = reference(plain)
+    want = reference(again)   # the statistics describe the fused program's own values
     assert (last.stats.nan, last.stats.inf, last.stats.count) == (want["nan"], want["inf"], want["count"])
     assert last.stats.min == want["min"] and last.stats.max == want["max"]
     assert last.stats.mean == pytest.approx(want["mean"], rel=1e-9) and last.device.startswith("cuda")

@@ -47,6 +47,7 @@ def test_native_break_stops_cuda_gdb_in_the_nodes_triton_kernel(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode == 3, out[-5000:]
     assert re.search(r"triton\s+triton_\w*gelu\w*", r.stderr), r.stderr[-3000:]        # `native` named it
+    assert "==== dynstep breakpoint hit 1" in out, out[-6000:]
     hit = out[out.index("==== dynstep breakpoint hit 1"):]
     kernel = re.search(r"\[dynstep\]   kernel\s+(triton_\w+) \(triton\)", hit).group(1)
     assert kernel in hit[hit.index("(gdb) info cuda kernels"):]                          # the kernel cuda-gdb is in

@@ -64,7 +64,8 @@ def test_with_gdb_attached_the_handoff_is_written_then_the_trap_raised(monkeypat
 
 
 def test_debugger_names():
-    assert all(trap.is_debugger(n) for n in ("gdb", "cuda-gdb", "gdbserver", "lldb"))
+    assert all(trap.is_debugger(n) for n in ("gdb", "cuda-gdb", "gdbserver", "lldb", "cuda-gdb-python",
+                                              "gdb-multiarch"))
     assert not any(trap.is_debugger(n) for n in ("strace", "python", "?"))
 
 

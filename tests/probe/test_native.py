@@ -213,7 +213,8 @@ def test_close_site_leaves_a_closed_noop_and_releases_ring_memory():
     assert native.is_registered(s.id)  # compiled graphs may still call it
     native.close_site(s.id)  # twice: harmless
     torch.ops.dynstep.probe(torch.ones(100), s.id)
-    calls, *_, size, ring_drops, memory_drops = native.site_state(s.id)
+    state = native.site_state(s.id)
+    calls, (size, ring_drops, memory_drops) = state[0], state[4:7]
     assert (calls, size, ring_drops, memory_drops) == (0, 0, 0, 0)  # a closed site ignores hits
 
 
@@ -317,8 +318,26 @@ def test_a_huge_record_option_is_bounded_by_the_record_memory_cap():
                           source_text="", graph="g", actions=("record",), capacity=5_000_000)   # registers natively
         for i in range(1400):
             torch.ops.dynstep.probe(torch.full((2,), float(i)), s.id)
-        *_, held, ring_drops, _ = native_mod.get().site_state(s.id)
+        held, ring_drops = native_mod.get().site_state(s.id)[4:6]
         assert held == 1365 and ring_drops == 1400 - 1365
         rings.close_site(s.id)
     finally:
         rings.set_record_memory_cap(saved)
+
+
+def test_the_first_nonfinite_hit_is_handed_to_python_typed_and_reset_clears_it():
+    """The sticky non-finite flag carries the first NaN/Inf hit's call and counts as numbers (no
+    message parsed back); later hits do not replace it; reset_flags clears it (issue 27 item 4)."""
+    from dynstep.probe.api import CheckAction, TensorProbe
+
+    native = native_mod.get()
+    with TensorProbe("flag", [CheckAction()], when="always") as p:   # expected=None: a finiteness check
+        p(torch.ones(4))                                                          # call 0: finite
+        p(torch.tensor([1.0, float("nan"), float("inf"), float("nan")]))          # call 1: the first
+        p(torch.tensor([float("inf")]))                                           # call 2: not the first
+        state = native.site_state(p._site_id)
+        assert state[1] is True and tuple(state[7:10]) == (1, 2, 1)
+        assert state[3] == "call 1: 2 NaN, 1 Inf"
+        native.reset_flags(p._site_id)
+        state = native.site_state(p._site_id)
+        assert state[1] is False and tuple(state[7:10]) == (-1, 0, 0) and state[3] == ""
