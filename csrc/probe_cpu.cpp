@@ -339,6 +339,7 @@ bool native_dtype_supported(at::ScalarType t) { return native_dtype(t); }
 void release_cuda_site(int64_t site);
 void collect_cuda();
 void harvest_cuda();
+std::tuple<int64_t, int64_t> harvest_cuda_counted();
 int64_t cuda_replays(int64_t site);
 std::tuple<int64_t, int64_t, int64_t> cuda_payloads();
 #endif
@@ -399,6 +400,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("site_state", &site_state);
   m.def("reset_flags", &reset_flags);
   m.def("drain", &drain, py::arg("site") = -1);
+  // (hits moved, hits with NaN/Inf harvested so far): CUDA stats-only hits published on the device ->
+  // their sites' native rings, nothing handed to Python; (0, 0) in a CPU build.
+  m.def("harvest", []() -> std::tuple<int64_t, int64_t> {
+#ifdef DYNSTEP_WITH_CUDA
+    return harvest_cuda_counted();
+#else
+    return {0, 0};
+#endif
+  });
   m.def("next_seq", []() { return Registry::get().next_seq(); });
   m.def("set_memory_cap", [](int64_t bytes) { Registry::get().set_cap(bytes); });
   m.def("memory", []() { return py::make_tuple(Registry::get().held(), Registry::get().cap()); });

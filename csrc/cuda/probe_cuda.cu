@@ -391,7 +391,7 @@ struct Payload {
 
 // Trivially destructible, so still valid when a user-object destructor runs during process exit.
 static std::atomic<Payload*> g_retired{nullptr};
-static std::atomic<int64_t> g_live{0}, g_retired_count{0}, g_ignored{0};
+static std::atomic<int64_t> g_live{0}, g_retired_count{0}, g_ignored{0}, g_harvested_nonfinite{0};
 
 // The last owner of a payload (any thread, CUDA's internal one included): queue it, no CUDA call.
 static void retire(Payload* p) {
@@ -676,6 +676,7 @@ static void deliver(const Taken& t) {
   Stats st = p.numel ? finish(t.acc, t.shift) : Stats{};
   const int64_t a = s.actions.load();
   std::lock_guard<std::mutex> g(s.mu);
+  if (st.nan || st.inf) g_harvested_nonfinite.fetch_add(1);
   if ((st.nan || st.inf) && (a & kNonFiniteFlag)) flag_nonfinite(s, call, st.nan, st.inf);
   if (!(a & (kSummary | kRecord))) return;
   record_hit(s, call, 0, st, p.shape, p.dtype, p.device);
@@ -697,6 +698,8 @@ int64_t harvest() {
   std::lock_guard<std::mutex> g(harvest_mu());
   return harvest_locked(ring_payloads());
 }
+
+int64_t harvested_nonfinite() { return g_harvested_nonfinite.load(); }
 
 static void destroy(Payload* p) {
   int previous = -1;

@@ -79,6 +79,9 @@ int64_t replays(const Payload& p);
 // as ring drops. No CUDA call: callable from any normal thread, capturing or not. Returns how
 // many hits it moved. Hits still queued on a stream are taken by a later harvest.
 int64_t harvest();
+// Harvested hits that held a NaN or Inf, since the process started (the flight recorder compares it
+// before and after a harvest: only then does it move hits to Python).
+int64_t harvested_nonfinite();
 
 // Frees the retired payloads whose eager hits have all landed; returns how many it freed. Call it
 // from a normal thread, passing its current stream: nothing is freed while that stream captures

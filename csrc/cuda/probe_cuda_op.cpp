@@ -220,6 +220,11 @@ void release_cuda_site(int64_t site) {
 
 void harvest_cuda() { cuda::harvest(); }
 
+std::tuple<int64_t, int64_t> harvest_cuda_counted() {
+  const int64_t taken = cuda::harvest();
+  return {taken, cuda::harvested_nonfinite()};
+}
+
 int64_t cuda_replays(int64_t site) {
   cuda::harvest();
   std::lock_guard<std::mutex> g(table_mu());

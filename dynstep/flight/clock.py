@@ -48,12 +48,16 @@ class StepClock:
         self._starts: collections.deque[tuple[int, int]] = collections.deque([(0, 0)], maxlen=max(2, keep))
         self._seqs: list[int] | None = None   # the starts' seqs, for step_of (made again after a change)
 
+    def starts_step(self, graph: str) -> bool:
+        """Whether a call of `graph` now would start a step (what `call` is about to decide)."""
+        frame = frame_of(graph)
+        return self.rule == "call" and frame == (self.entry or frame) and self.calls > 0
+
     def call(self, graph: str) -> bool:
         """A compiled graph is about to run; under the call rule a call of the entry frame starts a step."""
-        frame = frame_of(graph)
+        started = self.starts_step(graph)
         if self.entry is None:
-            self.entry = frame
-        started = self.rule == "call" and frame == self.entry and self.calls > 0
+            self.entry = frame_of(graph)
         if started:
             self._advance()
         self.calls += 1

@@ -71,6 +71,9 @@ class FlightRecorder:
         self._since_drain = 0
         self._writing = False
         self._inf_base: dict[int, float] = {}   # site -> share of Inf on its first call (Inf by design)
+        self._seen_device: set[str] = set()     # graphs whose first call's inputs were looked at
+        self.cuda = False                       # a graph ran on a CUDA device: its hits are published there
+        self._nonfinite_harvested = 0           # rings.harvest_device()'s count when last looked at
         self.run = RunInfo.now(session="flight recorder")
         self.log_mark = COMPILE_LOG.mark()      # a dump keeps the compile log from here on
         self.hooks = Hooks.install(self, signals=opts.signals, exceptions=opts.exceptions)
@@ -124,6 +127,11 @@ class FlightRecorder:
     # -- steps ----------------------------------------------------------------------------------
     def before_call(self, graph: str, args: Sequence[Any]) -> None:
         with self.lock:
+            if graph not in self._seen_device:
+                self._seen_device.add(graph)
+                self.cuda = self.cuda or any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+            if self.clock.starts_step(graph):
+                self.settle_device()
             if self.clock.call(graph):
                 self._boundary()
             self.keeper.keep(graph, self.clock.step, args, rng=self.graphs[graph].rng)
@@ -134,6 +142,7 @@ class FlightRecorder:
 
     def optimizer_pre(self) -> None:
         with self.lock:
+            self.settle_device()
             if self.pending is not None:   # parameters are about to change: keep what the trigger's graph saw
                 self.keeper.freeze(self._replay_order())
 
@@ -152,6 +161,20 @@ class FlightRecorder:
                 self.watched[name] = collections.deque([(0, history[-1][1])], maxlen=history.maxlen)
         if self.pending is not None:
             self.pending = dataclasses.replace(self.pending, step=0)
+
+    def settle_device(self) -> None:
+        """At the end of a step on a CUDA device: the step's statistics were published into mapped host
+        memory by the device (inside the captured graphs under reduce-overhead, no host callback, no
+        copy); wait for the step's kernels to finish, then move its hits into the native rings now, so
+        their order numbers fall in the step that made them. Only a step that saw a NaN/Inf hands its
+        hits on to Python (where the first one becomes the trigger); otherwise nothing leaves C++."""
+        if not self.cuda:
+            return
+        torch.cuda.synchronize()
+        _, nonfinite = rings.harvest_device()
+        if nonfinite != self._nonfinite_harvested:
+            self._nonfinite_harvested = nonfinite
+            rings.drain_native()
 
     def _boundary(self) -> None:
         """A step ended: a pending trigger is dumped now, with its whole step."""
@@ -228,6 +251,8 @@ class FlightRecorder:
         from .writer import write
 
         key = f"spike:{trigger.name}" if trigger.kind == "spike" else trigger.kind
+        if self.cuda and torch.cuda.is_initialized():
+            torch.cuda.synchronize()              # every hit of the step so far published before the drain
         if trigger is self.pending:
             self.pending = None
         self._writing = True

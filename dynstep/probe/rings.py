@@ -184,6 +184,17 @@ def drain_native(site_id: int | None = None) -> int:
     return len(entries)
 
 
+def harvest_device() -> tuple[int, int]:
+    """CUDA hits the device has published -> their sites' native rings, in the order the device ran
+    them, with their order numbers taken now; nothing reaches Python. -> (hits moved, hits with NaN/Inf
+    harvested since the process started). The caller synchronized the device when it needs them all."""
+    native = _native
+    if native is None:
+        return 0, 0
+    taken, nonfinite = native.harvest()
+    return int(taken), int(nonfinite)
+
+
 def close_site(site_id: int) -> None:
     """Stop a site for good: later hits do nothing, native state is freed. Idempotent.
 

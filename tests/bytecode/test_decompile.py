@@ -98,7 +98,9 @@ def test_a_module_attribute_update_reads_as_python():
     torch.compile(model, backend="eager")(torch.ones(2))
     code = next(c for c in _compat.dynamo_output_codes() if _compat.original_code(c) is Counter.forward.__code__)
     source = decompile(code).source
-    assert "(self, 'count', 1)" in source and "self.__dict__['_modules']['lin']" in source
+    assert "(self, 'count', 1)" in source
+    # the submodule as Dynamo loads it: through __dict__ (torch >= 2.12) or the attribute (torch 2.11)
+    assert "self.__dict__['_modules']['lin']" in source or "self._modules['lin']" in source
     assert source.splitlines()[-1].strip().startswith("return ")
 
 

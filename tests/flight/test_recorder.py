@@ -180,3 +180,30 @@ def test_a_signal_that_lands_in_a_dynamo_guard_check_is_taken_again_outside_it(d
         dynstep.flight.stop()
         signal.signal(signal.SIGINT, before)
     assert only_dump(dumps).trigger.kind == "signal"
+
+
+def test_on_a_device_each_step_is_settled_before_the_next_one_starts(dumps, monkeypatch):
+    """On CUDA the device publishes a step's statistics and the recorder harvests them at the step's end
+    (docs/flight.md, CUDA). Here the device is simulated on the CPU: the wait and the harvest must come
+    before the clock moves on (so the harvested hits take order numbers inside their own step), once per
+    step, and only a harvest that saw a new NaN/Inf moves hits to Python."""
+    from dynstep.probe import rings
+
+    waits, drains = [], []
+    nonfinite = {"count": 0}
+
+    def on_step(step, loss):
+        rec = dynstep.flight.current()
+        rec.cuda = True                       # as if the graphs' inputs had been CUDA tensors
+        if step == 2:
+            nonfinite["count"] = 3            # the device saw NaN/Inf in the next step
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: waits.append(dynstep.flight.current().clock.step))
+    monkeypatch.setattr(rings, "harvest_device", lambda: (0, nonfinite["count"]))
+    real_drain = rings.drain_native
+    monkeypatch.setattr(rings, "drain_native", lambda *a: drains.append(dynstep.flight.current().clock.step)
+                        or real_drain(*a))
+    tiny(steps=6, flight={"steps": K, "path": str(dumps)}, log=on_step)
+    assert waits == [1, 2, 3, 4, 5]           # at each optimizer step, before its step ended
+    assert drains == [3]                      # the harvest that saw the new count, within step 3
+    assert not dumps.exists()                 # a count that moved is no trigger by itself: the hits decide
