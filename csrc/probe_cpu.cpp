@@ -150,13 +150,7 @@ void probe_cpu(const at::Tensor& x, int64_t site) {
         s.head = (s.head - 1 + s.capacity) % s.capacity;
         --s.size;
       } else {
-        e->seq = Registry::get().next_seq();
-        e->call = call;
-        e->thread = static_cast<uint64_t>(pthread_self());
-        e->stats = st;
-        e->shape.assign(x.sizes().begin(), x.sizes().end());
-        e->dtype = static_cast<int>(x.scalar_type());
-        e->device = -1;
+        fill_hit(*e, call, static_cast<uint64_t>(pthread_self()), st, x.sizes(), static_cast<int>(x.scalar_type()), -1);
         const bool record_copy = dst != nullptr && !summary_copy;
         e->has_tensor = record_copy || ((a & kRecord) && nbytes == 0);
         e->stats_pending = lazy && x.numel() > 0;

@@ -72,14 +72,7 @@ bool keep(SiteState& s, Hit& h) {
   if (a & kPythonHit) return false;
   if (!(a & kSummary)) return true;
   std::lock_guard<std::mutex> g(s.mu);
-  Entry& e = claim_slot(s);
-  e.seq = Registry::get().next_seq();
-  e.call = h.call;
-  e.thread = static_cast<uint64_t>(pthread_self());
-  e.stats = h.stats;
-  e.shape = h.shape;
-  e.dtype = h.dtype;
-  e.device = -1;
+  record_hit(s, h.call, static_cast<uint64_t>(pthread_self()), h.stats, h.shape, h.dtype, -1);
   return true;
 }
 

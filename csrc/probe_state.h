@@ -423,19 +423,29 @@ inline void flag_nonfinite(SiteState& s, int64_t call, int64_t nan, int64_t inf)
 
 inline Entry& claim_slot(SiteState& s);
 
-// One hit into the site's ring: what every kernel (CPU, the CUDA host callback, the CUDA ring
-// harvest) writes for a hit; the caller adds a copy of the value where it keeps one (holds s.mu).
-inline Entry& record_hit(SiteState& s, int64_t call, uint64_t thread, const Stats& st, const std::vector<int64_t>& shape,
-                         int dtype, int device) {
-  Entry& e = claim_slot(s);
+// The fields of one hit in its ring slot, in one place: what every kernel writes for a hit (the CPU
+// kernel, dynstep::publish, the CUDA host callback, the CUDA ring harvest); the caller adds a copy of
+// the value where it keeps one (holds s.mu). `shape` (a vector or an at::IntArrayRef) is copied into
+// the slot's own vector, whose capacity is reused: no allocation once the ring is warm.
+template <typename Shape>
+inline void fill_hit(Entry& e, int64_t call, uint64_t thread, const Stats& st, const Shape& shape, int dtype,
+                     int device) {
   e.seq = Registry::get().next_seq();
   e.call = call;
   e.thread = thread;
   e.stats = st;
-  e.shape = shape;
+  e.shape.assign(shape.begin(), shape.end());
   e.dtype = dtype;
   e.device = device;
   e.has_tensor = false;
+}
+
+// A new slot with one hit's fields (see fill_hit).
+template <typename Shape>
+inline Entry& record_hit(SiteState& s, int64_t call, uint64_t thread, const Stats& st, const Shape& shape, int dtype,
+                         int device) {
+  Entry& e = claim_slot(s);
+  fill_hit(e, call, thread, st, shape, dtype, device);
   return e;
 }
 

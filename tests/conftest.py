@@ -172,8 +172,10 @@ def module_outputs_eager(model: nn.Module, x, names):
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def spawn_dynstep(*args: str, timeout: int = 120):
-    """`python -m dynstep ARGS` in a real pseudo-terminal (pexpect), plain text, this checkout's dynstep."""
+def spawn_dynstep(*args: str, timeout: int = 120, cwd: str | None = None, home: str | None = None):
+    """`python -m dynstep ARGS` in a real pseudo-terminal (pexpect), plain text, this checkout's dynstep,
+    no DYNSTEP_* variable of the test run's own; started in `cwd` (default: the checkout) with HOME at
+    `home` (default: the temp folder). Every pty test starts dynstep through here."""
     import sys
 
     import pexpect
@@ -182,10 +184,10 @@ def spawn_dynstep(*args: str, timeout: int = 120):
 
     # HOME moves, so the native kernel's cache is named: the one pytest_sessionstart built (a fresh
     # machine has no other; a build inside a test would eat its time limit)
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "TERM": "dumb",
-           "NO_COLOR": "1", "COLUMNS": "160", "HOME": os.environ.get("TMPDIR", "/tmp"),
-           "DYNSTEP_CACHE_DIR": str(cache_root()),
-           "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/tmp/dynstep-inductor-cache")}
-    env.pop("DYNSTEP_COMMANDS", None)
-    return pexpect.spawn(sys.executable, ["-m", "dynstep", *args], cwd=ROOT, env=env, encoding="utf-8",
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNSTEP_")}
+    env.update({"PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "TERM": "dumb",
+                "NO_COLOR": "1", "COLUMNS": "160", "PYTHONUNBUFFERED": "1",
+                "HOME": home or os.environ.get("TMPDIR", "/tmp"), "DYNSTEP_CACHE_DIR": str(cache_root()),
+                "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/tmp/dynstep-inductor-cache")})
+    return pexpect.spawn(sys.executable, ["-m", "dynstep", *args], cwd=cwd or ROOT, env=env, encoding="utf-8",
                          timeout=timeout, dimensions=(50, 160))

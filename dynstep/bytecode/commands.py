@@ -132,7 +132,7 @@ class Commands(FrameCommands):
             return
         emit(Info(f"no Dynamo-produced instruction carries line {line} yet (its code is inside a compiled graph "
                   f"or not compiled yet); also stopping at the graph nodes of that line"))
-        STEPPER.cmd_break(f"line:{os.path.basename(file)}:{line}")
+        STEPPER.commands.cmd_break(f"line:{os.path.basename(file)}:{line}")
 
     def cmd_clear(self, arg: str) -> None:
         """clear, cl: remove every bytecode breakpoint."""

@@ -26,7 +26,7 @@ class AtStop(Protocol):
 
     current: "Stop | None"
 
-    def cmd_continue(self, arg: str) -> bool: ...
+    def run_command(self, name: str, arg: str = "", *, line: str | None = None) -> bool: ...
 
 
 def native(stepper: AtStop, arg: str) -> bool:
@@ -50,5 +50,5 @@ def native(stepper: AtStop, arg: str) -> bool:
     outcome = trap(report, only)
     emit(NativeTrapped(report, outcome))
     if outcome.trapped:   # the debugger holds the breakpoints: run on to the kernel
-        return stepper.cmd_continue("")
+        return stepper.run_command("continue")
     return False

@@ -20,8 +20,8 @@ from ..core.records import Stats
 from ..core.sites import SITES, Site
 from ..jobs.identity import rank_world
 from . import runtime
+from .runtime import RUNTIME as _rt
 
-_native: ModuleType | None = None
 NATIVE_ACTIONS = ("summary", "record", "print", "nan")
 
 
@@ -36,11 +36,9 @@ class SiteReport:
 
 def attach_native(module: ModuleType) -> None:
     """Mirror every site (present and future) into the native registry."""
-    global _native
-    _native = module
     runtime.set_native(module)
     module.set_callbacks(runtime.native_hit, runtime.on_probe)
-    module.set_memory_cap(_cap)
+    module.set_memory_cap(_rt.record_cap)
     for site in SITES.all():
         register_native(site)
     SITES.listen(register_native)
@@ -69,17 +67,16 @@ def set_record_memory_cap(nbytes: int) -> None:
     """
     if nbytes < 0:
         raise ValueError(f"record memory cap must be >= 0 bytes, got {nbytes}")
-    global _cap
-    _cap = int(nbytes)
-    native = _native
+    _rt.record_cap = int(nbytes)
+    native = _rt.native
     if native is not None:
-        native.set_memory_cap(_cap)
+        native.set_memory_cap(_rt.record_cap)
 
 
 def record_memory() -> RecordMemory:
-    native = _native
+    native = _rt.native
     if native is None:
-        return RecordMemory(0, _cap, False)
+        return RecordMemory(0, _rt.record_cap, False)
     held, cap = native.memory()
     return RecordMemory(int(held), int(cap), True)
 
@@ -89,14 +86,10 @@ def _env_cap() -> int:
     return DEFAULT_RECORD_MEMORY_CAP if cap is None else cap
 
 
-_cap = _env_cap()
+_rt.record_cap = _env_cap()
 # What one preallocated ring slot costs (sizeof(Entry) in csrc/probe_state.h is 160 bytes on x86-64,
 # before any copy is kept); the slots of one ring may take at most a quarter of the record memory cap.
 SLOT_BYTES = 192
-_capped: set[int] = set()
-
-
-_immediate = False
 
 
 def set_immediate(on: bool) -> None:
@@ -106,22 +99,22 @@ def set_immediate(on: bool) -> None:
     in native rings) or while sessions are open in more than one thread (each thread's hits must
     reach its own sessions, not share one ring between reads).
     """
-    global _immediate
-    if on == _immediate:
+    if on == _rt.immediate:
         return
     drain_native()
-    _immediate = on
-    if _native is not None:
+    _rt.immediate = on
+    native = _rt.native
+    if native is not None:
         for site in SITES.all():
-            if _native.is_registered(site.id) and not runtime.is_closed(site.id):
+            if native.is_registered(site.id) and not runtime.is_closed(site.id):
                 register_native(site)
 
 
 def action_bits(site: Site) -> int:
-    native = _native
+    native = _rt.native
     assert native is not None
     bits = native.ACTION_BITS
-    mask = bits["python"] if _immediate and site.hand is None and not site.owner else 0   # owners have sinks
+    mask = bits["python"] if _rt.immediate and site.hand is None and not site.owner else 0   # owners have sinks
     for action in site.actions:
         mask |= bits[action] if action in NATIVE_ACTIONS else bits["python"]
     if "nan" in site.actions:
@@ -143,20 +136,20 @@ def action_bits(site: Site) -> int:
 
 def ring_slots(site: Site) -> int:
     """The site's record capacity, bounded so its preallocated ring fits a quarter of the memory cap."""
-    bound = max(1, _cap // 4 // SLOT_BYTES)
+    bound = max(1, _rt.record_cap // 4 // SLOT_BYTES)
     if site.capacity <= bound:
         return site.capacity
-    if site.id not in _capped:
-        _capped.add(site.id)
+    if site.id not in _rt.capped:
+        _rt.capped.add(site.id)
         warnings.warn(f"dynstep: record={site.capacity} for probe {site.probe!r} at {site.node} would preallocate "
                       f"{site.capacity * SLOT_BYTES / 2**20:.0f} MiB of ring slots; keeping the last {bound} hits "
-                      f"(a quarter of the record memory cap, {_cap} bytes: dynstep.set_record_memory_cap or "
+                      f"(a quarter of the record memory cap, {_rt.record_cap} bytes: dynstep.set_record_memory_cap or "
                       "DYNSTEP_RECORD_MEMORY raise it)", RuntimeWarning, stacklevel=2)
     return bound
 
 
 def register_native(site: Site) -> None:
-    native = _native
+    native = _rt.native
     if native is None or runtime.is_closed(site.id):
         return
     # a stats-only site keeps 1024 hits natively, an owned one (the flight recorder) the ring it asked for
@@ -170,7 +163,7 @@ def register_native(site: Site) -> None:
 
 def drain_native(site_id: int | None = None) -> int:
     """Move what native rings hold into sessions and probe sinks; returns how many hits moved."""
-    native = _native
+    native = _rt.native
     if native is None:
         return 0
     entries, dropped = native.drain(-1 if site_id is None else site_id)
@@ -188,7 +181,7 @@ def harvest_device() -> tuple[int, int]:
     """CUDA hits the device has published -> their sites' native rings, in the order the device ran
     them, with their order numbers taken now; nothing reaches Python. -> (hits moved, hits with NaN/Inf
     harvested since the process started). The caller synchronized the device when it needs them all."""
-    native = _native
+    native = _rt.native
     if native is None:
         return 0, 0
     taken, nonfinite = native.harvest()
@@ -204,7 +197,7 @@ def close_site(site_id: int) -> None:
     """
     drain_native(site_id)
     runtime.close(site_id)
-    native = _native
+    native = _rt.native
     if native is not None:
         native.close_site(site_id)
 
@@ -213,7 +206,7 @@ def site_report(site_id: int) -> SiteReport:
     """Hits and sticky flags of one site, from whichever kernel served it."""
     py = runtime.check_state(site_id)
     calls, nonfinite, failed, message = runtime.calls(site_id), py.nonfinite, py.failed, py.message
-    native = _native
+    native = _rt.native
     if native is not None and native.is_registered(site_id):
         n_calls, n_nonfinite, n_failed, n_message, *_ = native.site_state(site_id)
         calls += n_calls
@@ -226,7 +219,7 @@ def raise_first_nonfinite(site_ids: list[int]) -> None:
     """After a replayed CUDA graph: the first of `site_ids` (graph order) whose device check saw
     NaN/Inf in this replay is reported as the Python check would have (raise, warn or stop), and
     every flag is cleared for the next replay. The caller synchronized the device."""
-    native = _native
+    native = _rt.native
     if native is None:
         return
     first = None
@@ -244,7 +237,7 @@ def raise_first_nonfinite(site_ids: list[int]) -> None:
 
 def reset_checks(site_id: int) -> None:
     runtime.reset_check(site_id)
-    native = _native
+    native = _rt.native
     if native is not None:
         native.reset_flags(site_id)
 

@@ -36,14 +36,6 @@ from ..jobs.identity import rank_world
 from .stats import nonfinite_counts, stats_of, unsupported_reason
 
 log = logging.getLogger("dynstep")
-_lock = threading.Lock()
-_calls: collections.Counter[int] = collections.Counter()
-_seq = itertools.count(1)
-_warned: set[tuple[int, str]] = set()
-_native: ModuleType | None = None
-_sinks: dict[int, "RecordSink"] = {}
-_checks: dict[int, "CheckState"] = {}
-_closed: set[int] = set()
 
 
 class RecordSink(Protocol):
@@ -67,17 +59,41 @@ class Stopper(Protocol):
     def nonfinite(self, x: torch.Tensor, site: Site, message: str) -> None: ...
 
 
-_destination: Destination | None = None
-_stopper: Stopper | None = None
+class ProbeRuntime:
+    """The process-wide state of the probe kernels, in one object: `RUNTIME`, a listed singleton. The
+    functions of this module (the Python kernel, delivery, checks) and of `dynstep.probe.rings` (the
+    native side: rings, the record memory cap) read and change it and keep no state of their own (no
+    `global` statement there: tests/core/test_layout.py). Sessions keep theirs in `probe.sessions`;
+    `probe.switch.ENABLED` and `probe.fastpath`'s entry points are module attributes on purpose
+    (generated code reads them)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: collections.Counter[int] = collections.Counter()   # hits the Python kernel counted
+        self.seq = itertools.count(1)                 # hit order without the native kernel
+        self.warned: set[tuple[int, str]] = set()     # (site, reason) warned once
+        self.native: ModuleType | None = None         # the native extension, once attached (rings.py)
+        self.sinks: dict[int, RecordSink] = {}        # a hand-placed or owned probe's own sink
+        self.checks: dict[int, CheckState] = {}       # sticky compare / non-finite state (Python kernel)
+        self.closed: set[int] = set()                 # sites whose later hits do nothing
+        self.destination: Destination | None = None   # the sessions (probe.registration connects them)
+        self.stopper: Stopper | None = None           # the stepper (step.registration connects it)
+        # the native side (rings.py)
+        self.record_cap = 0                           # bytes all native record rings may hold together
+        self.capped: set[int] = set()                 # sites whose ring was bounded by the cap (warned)
+        self.immediate = False                        # native hits go to Python as they happen
+
+
+RUNTIME = ProbeRuntime()
+_rt = RUNTIME
 
 
 def connect(*, destination: Destination | None = None, stopper: Stopper | None = None) -> None:
     """Plug in where hits go and who stops (the probe and step packages' kernel modules do)."""
-    global _destination, _stopper
     if destination is not None:
-        _destination = destination
+        _rt.destination = destination
     if stopper is not None:
-        _stopper = stopper
+        _rt.stopper = stopper
 
 
 @dataclasses.dataclass
@@ -92,7 +108,7 @@ class CheckState:
 
 # -- the Python kernel --------------------------------------------------------------------------
 def on_probe(x: torch.Tensor, site_id: int) -> None:
-    if site_id in _closed:
+    if site_id in _rt.closed:
         return
     site = SITES.get(site_id)
     if site.hand is not None and not _acts_now(x, site.hand):
@@ -109,9 +125,9 @@ def on_probe(x: torch.Tensor, site_id: int) -> None:
         return
     if site.hand is not None and site.hand.non_contiguous == "error" and not x.is_contiguous():
         raise ValueError(non_contiguous_message(x))
-    with _lock:
-        call = _calls[site_id]
-        _calls[site_id] += 1
+    with _rt.lock:
+        call = _rt.calls[site_id]
+        _rt.calls[site_id] += 1
     _guarded(x, site, call, None)
 
 
@@ -125,8 +141,8 @@ def _skip(site: Site, reason: str) -> None:
     _warn_once(site, reason, f"dynstep: probe at {_where(site)} skipped: {reason} is not supported")
     hand = site.hand
     if hand is not None and (hand.expected is not None or hand.check_finite):
-        with _lock:
-            state = _checks.setdefault(site.id, CheckState())
+        with _rt.lock:
+            state = _rt.checks.setdefault(site.id, CheckState())
             state.unchecked = state.unchecked or f"not checked: a {reason} is not supported by the probe"
 
 
@@ -160,8 +176,8 @@ def non_contiguous_message(x: torch.Tensor) -> str:
 def _run_actions(x: torch.Tensor, site: Site, call: int, stats: Stats | None) -> None:
     acts = site.actions
     if "pause" in acts:   # a gradient pause (pauses on values use dynstep::pause)
-        if _stopper is not None:
-            _stopper.grad_pause(x, site)
+        if _rt.stopper is not None:
+            _rt.stopper.grad_pause(x, site)
         return
     hand = site.hand
     python_kernel = stats is None
@@ -196,9 +212,9 @@ def _run_actions(x: torch.Tensor, site: Site, call: int, stats: Stats | None) ->
 
 def next_call(site_id: int) -> int:
     """This site's next call index on the Python side (what `on_probe` counts)."""
-    with _lock:
-        call = _calls[site_id]
-        _calls[site_id] += 1
+    with _rt.lock:
+        call = _rt.calls[site_id]
+        _rt.calls[site_id] += 1
     return call
 
 
@@ -219,25 +235,25 @@ def snapshot_for(site: Site, call: int, shape: tuple[int, ...], dtype: str, devi
 
 def deliver(snap: Snapshot, thread: int | None) -> None:
     """Hand a hit to its probe's own sink, else to the sessions."""
-    sink = _sinks.get(snap.site)
+    sink = _rt.sinks.get(snap.site)
     if sink is not None:
         sink.add(snap)
-    elif _destination is not None:
-        _destination.deliver(snap, thread=thread)
+    elif _rt.destination is not None:
+        _rt.destination.deliver(snap, thread=thread)
 
 
 def count_dropped(site_id: int, ring: int, memory: int) -> None:
-    sink = _sinks.get(site_id)
+    sink = _rt.sinks.get(site_id)
     if sink is not None:
         sink.count_dropped(ring, memory)
-    elif _destination is not None:
-        _destination.count_dropped(SITES.get(site_id).probe, ring, memory)
+    elif _rt.destination is not None:
+        _rt.destination.count_dropped(SITES.get(site_id).probe, ring, memory)
 
 
 def _check(x: torch.Tensor, site_id: int, hand: HandConfig, stats: Stats, call: int) -> None:
     """Sticky compare and non-finite flag, with the same rules and messages as the native kernel."""
-    with _lock:
-        state = _checks.setdefault(site_id, CheckState())
+    with _rt.lock:
+        state = _rt.checks.setdefault(site_id, CheckState())
     expected = hand.expected
     if expected is not None and not state.failed:
         message = compare_message(x.detach().cpu(), expected, hand, call)
@@ -282,8 +298,8 @@ def _nonfinite(site: Site, nan: int, inf: int, x: torch.Tensor, call: int) -> No
     if mode == "warn":
         warnings.warn("dynstep: " + message, RuntimeWarning, stacklevel=2)
         return
-    if mode == "stop" and _stopper is not None:
-        _stopper.nonfinite(x, site, message)
+    if mode == "stop" and _rt.stopper is not None:
+        _rt.stopper.nonfinite(x, site, message)
         return
     raise NonFiniteError(message, node=site.node, target=site.target, source=site.source,
                          module=site.module, graph=site.graph, nan=nan, inf=inf, rank=rank)
@@ -301,46 +317,45 @@ def _where(site: Site) -> str:
 
 
 def _warn_once(site: Site, key: str, message: str) -> None:
-    with _lock:
-        if (site.id, key) in _warned:
+    with _rt.lock:
+        if (site.id, key) in _rt.warned:
             return
-        _warned.add((site.id, key))
+        _rt.warned.add((site.id, key))
     warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def next_seq() -> int:
-    native = _native
-    return int(native.next_seq()) if native is not None else next(_seq)
+    native = _rt.native
+    return int(native.next_seq()) if native is not None else next(_rt.seq)
 
 
 def set_native(module: ModuleType) -> None:
     """The native extension's sequence numbers order hits across Python and native (rings.py)."""
-    global _native
-    _native = module
+    _rt.native = module
 
 
 def set_sink(site_id: int, sink: RecordSink) -> None:
-    _sinks[site_id] = sink
+    _rt.sinks[site_id] = sink
 
 
 def close(site_id: int) -> None:
     """Later hits of this site do nothing (rings.close_site also stops its native side)."""
-    _closed.add(site_id)
-    _sinks.pop(site_id, None)
+    _rt.closed.add(site_id)
+    _rt.sinks.pop(site_id, None)
 
 
 def is_closed(site_id: int) -> bool:
-    return site_id in _closed
+    return site_id in _rt.closed
 
 
 def calls(site_id: int) -> int:
     """Hits the Python kernel counted for this site."""
-    return _calls[site_id]
+    return _rt.calls[site_id]
 
 
 def check_state(site_id: int) -> CheckState:
-    return _checks.get(site_id, CheckState())
+    return _rt.checks.get(site_id, CheckState())
 
 
 def reset_check(site_id: int) -> None:
-    _checks.pop(site_id, None)
+    _rt.checks.pop(site_id, None)

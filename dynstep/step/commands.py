@@ -1,8 +1,9 @@
 """The runtime stepper's commands at a stop: methods ``cmd_<name>`` (docstring = help).
 
-Mixed into `dynstep.step.stepper.Stepper`, whose state (`current`, `mode`, `breakpoints`, ...)
-they use; dispatched by `dynstep.core.commands.CommandSet`. Each emits events and returns True
-when it resumes the program.
+An object holding the stepper (`Stepper.commands = StepperCommands(stepper)`), whose state (`current`,
+`mode`, `breakpoints`, ...) they read and change; dispatched by `dynstep.core.commands.CommandSet`.
+Each emits events and returns True when it resumes the program; the stepper's `execute`,
+`run_command`, `evaluate` and `assign` hand over to them.
 
     STEPPER.execute("p value.mean()")      # at a stop: emits Evaluated(...)
     STEPPER.execute("set value = value * 0")
@@ -11,7 +12,7 @@ when it resumes the program.
 from __future__ import annotations
 
 import linecache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -26,7 +27,7 @@ from ..probe.sessions import deliver
 from ..probe.stats import stats_of
 from .compile_stop import CONTEXTS
 from .graphs import GRAPHS, break_sites
-from .rank_commands import RankCommands
+from .rank_commands import RankCommands, RankState
 from .values import tensor_view, value_text
 
 if TYPE_CHECKING:
@@ -35,10 +36,9 @@ if TYPE_CHECKING:
 ALIASES = NODE_STOP.aliases   # the one table of this set's commands: dynstep/core/command_table.py
 
 
-class StepperCommands(RankCommands):
-    aliases = ALIASES
-    without_stop = NODE_STOP.without_stop
-    current: "Stop | None"
+class StepState(RankState, Protocol):
+    """The stepper's state these commands read and change (dynstep.step.stepper.Stepper)."""
+
     mode: str
     next_graph: str
     out_from: tuple[str, int]
@@ -49,12 +49,27 @@ class StepperCommands(RankCommands):
     watches: list[str]
     user_vars: dict[str, Any]
 
+    def run_command(self, name: str, arg: str = "", *, line: str | None = None) -> bool: ...
+
+
+class StepperCommands(RankCommands):
+    """The runtime stepper's commands, an object holding the stepper (`Stepper.commands`): the state
+    between stops is the stepper's (`self.stepper`); these read it and change it as a command says."""
+
+    aliases = ALIASES
+    without_stop = NODE_STOP.without_stop
+
+    stepper: StepState
+
+    def __init__(self, stepper: StepState) -> None:
+        self.stepper = stepper
+
     def at_stop(self) -> bool:
-        return self.current is not None
+        return self.stepper.current is not None
 
     def namespace(self) -> dict[str, Any]:
-        stop = self.current
-        ns: dict[str, Any] = {"torch": torch, **self.user_vars}
+        stop = self.stepper.current
+        ns: dict[str, Any] = {"torch": torch, **self.stepper.user_vars}
         if stop is not None:
             ns.update(stop.inputs)
             ns.update({n: stop.value for n in stop.names()})
@@ -67,36 +82,37 @@ class StepperCommands(RankCommands):
 
     def recompute_breaks(self) -> None:
         """The sites that stop: the REPL's `break` selectors and every owner's (`Stepper.set_breaks`)."""
-        self.break_ids = set().union(*self.breakpoints.values(), *self.external_breaks.values())
+        s = self.stepper
+        s.break_ids = set().union(*s.breakpoints.values(), *s.external_breaks.values())
 
     def cmd_continue(self, arg: str) -> bool:
         """continue, c: run on; stop again at the next pause selector or breakpoint hit."""
-        self.mode = "run"
+        self.stepper.mode = "run"
         emit(Resumed("continue"))
         return True
 
     def cmd_step(self, arg: str) -> bool:
         """step, s [--all]: run the next node, whatever it is; --all: every paused rank steps with this one."""
         if arg == "--all":
-            if self.coordinator is None:
+            if self.stepper.coordinator is None:
                 raise ValueError("step --all steps every paused rank of a distributed job; this is one process")
-            self.coordinator.step_all()
-        self.mode = "step"
+            self.stepper.coordinator.step_all()
+        self.stepper.mode = "step"
         emit(Resumed("step"))
         return True
 
     def cmd_next(self, arg: str) -> bool:
         """next, n: run to the next pause-selected node of this graph (or the first node of another graph)."""
-        assert self.current is not None
-        self.mode, self.next_graph = "next", self.current.site.graph
+        assert self.stepper.current is not None
+        self.stepper.mode, self.stepper.next_graph = "next", self.stepper.current.site.graph
         emit(Resumed("next"))
         return True
 
     def cmd_out(self, arg: str) -> bool:
         """out: run to the first node of the next graph call (another graph, or this one again)."""
-        assert self.current is not None
-        self.mode = "out"
-        self.out_from = (self.current.site.graph, self.current.site.id)
+        assert self.stepper.current is not None
+        self.stepper.mode = "out"
+        self.stepper.out_from = (self.stepper.current.site.graph, self.stepper.current.site.id)
         emit(Resumed("out"))
         return True
 
@@ -116,7 +132,7 @@ class StepperCommands(RankCommands):
     def assign(self, name: str, result: Any) -> None:
         """`set NAME = ...` with the value in hand (the DAP's setVariable calls it directly): the node's
         value or a writable input replaced, an input the program owns refused, any other name bound."""
-        stop = self.current
+        stop = self.stepper.current
         if stop is None:
             raise ValueError(f"cannot set {name!r}: the program is not stopped")
         if name in stop.names():
@@ -132,7 +148,7 @@ class StepperCommands(RankCommands):
             raise ValueError(f"{name!r} is an input of {stop.site.node} and was already used; set it at its own "
                              f"stop (break node:{name}) or set value = ... here")
         else:
-            self.user_vars[name] = result
+            self.stepper.user_vars[name] = result
             emit(Info(f"{name} bound for later commands"))
 
     def write_value(self, stop: Stop, result: Any) -> None:
@@ -164,7 +180,7 @@ class StepperCommands(RankCommands):
 
     def cmd_where(self, arg: str) -> None:
         """where, w: the user's source around this node, its module path, and the Python stack."""
-        stop = self.current
+        stop = self.stepper.current
         assert stop is not None
         site = stop.site
         file, _, line = site.frames[-1].rpartition(":") if site.frames else ("", "", "0")
@@ -176,7 +192,7 @@ class StepperCommands(RankCommands):
 
     def cmd_graph(self, arg: str) -> None:
         """graph, g: the listing of this graph, the current node marked (at a breakpoint: the graph Dynamo traced)."""
-        stop = self.current
+        stop = self.stepper.current
         assert stop is not None
         context = CONTEXTS.of_site(stop.site.id)
         if context is not None:    # a breakpoint's runtime stop: the graph as Dynamo had traced it to that line
@@ -191,7 +207,7 @@ class StepperCommands(RankCommands):
 
     def cmd_locals(self, arg: str) -> None:
         """locals: the names bound here (at a breakpoint: every local, tensors with their real values)."""
-        stop = self.current
+        stop = self.stepper.current
         assert stop is not None
         real = {**stop.inputs, **{n: stop.value for n in stop.names()}}
         context = CONTEXTS.of_site(stop.site.id)
@@ -200,12 +216,12 @@ class StepperCommands(RankCommands):
         if context is not None:
             lines += [f"{x.name} = {x.text}   (as Dynamo saw it at compile {context.compile_id})"
                       for x in context.locals if x.name not in real]
-        lines += [f"{name} = {value_text(v)}   (bound with set)" for name, v in self.user_vars.items()]
+        lines += [f"{name} = {value_text(v)}   (bound with set)" for name, v in self.stepper.user_vars.items()]
         emit(CompileViewShown(CompileView("locals", f"locals at {stop.site.node}", tuple(lines))))
 
     def cmd_guards(self, arg: str) -> None:
         """guards: at a dynstep.breakpoint() stop, the guards Dynamo had installed when it traced that line."""
-        stop = self.current
+        stop = self.stepper.current
         assert stop is not None
         context = CONTEXTS.of_site(stop.site.id)
         if context is None:
@@ -220,7 +236,7 @@ class StepperCommands(RankCommands):
         from ..stages.capture import compile_id_of_graph
         from ..stages.view import show, stage_list
 
-        stop = self.current
+        stop = self.stepper.current
         assert stop is not None
         compile_id = compile_id_of_graph(stop.site.graph)
         wanted, _, rest = arg.partition(" ")
@@ -234,7 +250,7 @@ class StepperCommands(RankCommands):
     def cmd_break(self, arg: str) -> None:
         """break, b SEL: also stop at the nodes a selector picks (b alone lists breakpoints)."""
         if not arg:
-            listing = ", ".join(f"{t} ({len(ids)} node(s))" for t, ids in self.breakpoints.items()) or "none"
+            listing = ", ".join(f"{t} ({len(ids)} node(s))" for t, ids in self.stepper.breakpoints.items()) or "none"
             emit(Info(f"breakpoints: {listing}"))
             return
         try:
@@ -242,9 +258,9 @@ class StepperCommands(RankCommands):
         except SelectorError as exc:
             raise ValueError(str(exc)) from None
         ids = break_sites(selector)
-        self.breakpoints[selector.text] = ids
+        self.stepper.breakpoints[selector.text] = ids
         self.recompute_breaks()
-        self.disabled.discard(selector.text)
+        self.stepper.disabled.discard(selector.text)
         if not ids:
             emit(Info(f"breakpoint {selector.text} matches no stop point yet; only graphs with stop points "
                       "(a pause selector, or step=True) can stop"))
@@ -254,27 +270,27 @@ class StepperCommands(RankCommands):
     def cmd_clear(self, arg: str) -> None:
         """clear, cl [SEL]: remove a breakpoint or pause selector (all of them without SEL)."""
         pauses = {s.probe for s in SITES.all() if s.kind == "pause" and s.probe}
-        names = [arg] if arg else list(self.breakpoints) + sorted(pauses)
-        known = set(self.breakpoints) | pauses
+        names = [arg] if arg else list(self.stepper.breakpoints) + sorted(pauses)
+        known = set(self.stepper.breakpoints) | pauses
         if arg and arg not in known:
             raise ValueError(f"no breakpoint or pause selector {arg!r}; set: {sorted(known) or 'none'}")
         for text in names:
-            self.breakpoints.pop(text, None)
+            self.stepper.breakpoints.pop(text, None)
             if text in pauses:
-                self.disabled.add(text)
+                self.stepper.disabled.add(text)
         self.recompute_breaks()
         emit(Info(f"cleared: {', '.join(names) or 'nothing'}"))
 
     def cmd_watch(self, arg: str) -> None:
         """watch EXPR: show EXPR at every stop (watch alone lists them)."""
         if arg:
-            self.watches.append(arg)
-        for w in self.watches:
-            emit(Evaluated(w, self._watch_text(w), None))
-        if not self.watches:
+            self.stepper.watches.append(arg)
+        for w in self.stepper.watches:
+            emit(Evaluated(w, self.watch_text(w), None))
+        if not self.stepper.watches:
             emit(Info("no watches"))
 
-    def _watch_text(self, expr: str) -> str:
+    def watch_text(self, expr: str) -> str:
         try:
             return value_text(self.evaluate(expr))
         except Exception as exc:
@@ -282,7 +298,7 @@ class StepperCommands(RankCommands):
 
     def cmd_record(self, arg: str) -> None:
         """record: put a copy of the value at this stop into the session (dynstep.session())."""
-        stop = self.current
+        stop = self.stepper.current
         assert stop is not None
         x, site = stop.value, stop.site
         rank, world = rank_world()
@@ -297,12 +313,12 @@ class StepperCommands(RankCommands):
         """native [break [N]]: the native kernel that computes this node; break: a gdb breakpoint on it, run on."""
         from ..mixed.commands import native   # the mixed-mode room; it never imports the stepper
 
-        return native(self, arg)  # type: ignore[arg-type]
+        return native(self.stepper, arg)
 
     def cmd_quit(self, arg: str) -> None:
         """quit, q: stop the program here with dynstep.Abort."""
-        stop = self.current
+        stop = self.stepper.current
         assert stop is not None
-        self.mode = "run"
+        self.stepper.mode = "run"
         raise Abort(f"quit at node {stop.site.node} ({stop.site.target}) in graph {stop.site.graph}, "
                     f"{stop.site.source or 'no source line'}: program stopped from the debugger")

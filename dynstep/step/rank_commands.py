@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 FORWARDED = frozenset({"print", "set", "where", "graph", "record", "help", "watch"})
 
 
+class RankState(Protocol):
+    """What these commands use of the stepper they hold."""
+
+    coordinator: "Coordinator | None"
+    current: "Stop | None"
+
+
 class Coordinator(Protocol):
     """What dynstep.jobs.coordinator.Coordinator offers the stepper (docs/distributed.md)."""
 
@@ -65,8 +72,7 @@ def job_pause(coord: Coordinator | None, info: dict[str, str], serve: Callable[[
 
 
 class RankCommands(CommandSet):
-    coordinator: Coordinator | None
-    current: "Stop | None"
+    stepper: "RankState"
 
     def execute(self, line: str) -> bool:
         """`cmd@RANK args` goes to another rank; everything else is this rank's own command."""
@@ -83,12 +89,13 @@ class RankCommands(CommandSet):
         if full not in FORWARDED:
             emit(CommandFailed(line, f"only {', '.join(sorted(FORWARDED))} can be sent to another rank"))
             return
-        if self.coordinator is None or not target.isdigit():
-            why = "this is not a distributed job" if self.coordinator is None else f"{target!r} is not a rank number"
+        coordinator = self.stepper.coordinator
+        if coordinator is None or not target.isdigit():
+            why = "this is not a distributed job" if coordinator is None else f"{target!r} is not a rank number"
             emit(CommandFailed(line, f"{why}; use {command}@RANK, e.g. p@1 value.mean()"))
             return
         try:
-            answer = self.coordinator.forward(int(target), f"{command} {arg}".strip())
+            answer = coordinator.forward(int(target), f"{command} {arg}".strip())
         except (ValueError, TimeoutError) as exc:
             emit(CommandFailed(line, str(exc)))
             return
@@ -98,10 +105,10 @@ class RankCommands(CommandSet):
 
     def cmd_ranks(self, arg: str) -> None:
         """ranks: where every rank of a distributed job is (running, waiting, paused at which node)."""
-        if self.coordinator is None:
+        if self.stepper.coordinator is None:
             emit(Info("ranks: this is a single process (no distributed job)"))
             return
-        for text in self.coordinator.where():
+        for text in self.stepper.coordinator.where():
             emit(Info(text))
 
     def serve(self, line: str, make_stop: Callable[[], "Stop"]) -> list[Any]:
@@ -110,11 +117,11 @@ class RankCommands(CommandSet):
         name = line.partition(" ")[0]
         if self.aliases.get(name, name) not in FORWARDED:
             return [CommandFailed(line, f"only {', '.join(sorted(FORWARDED))} can be sent to another rank")]
-        saved = self.current
-        self.current = saved or make_stop()
+        saved = self.stepper.current
+        self.stepper.current = saved or make_stop()
         try:
             with use_sink(events.append):
                 super().execute(line)
         finally:
-            self.current = saved
+            self.stepper.current = saved
         return events

@@ -26,6 +26,7 @@ import collections
 import math
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,9 +44,10 @@ from .rank_commands import Coordinator, job_pause
 from .values import tensor_view, user_stack
 
 
-class Stepper(StepperCommands):
+class Stepper:
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        self.commands = StepperCommands(self)   # the REPL's commands, holding this stepper
         self.reset()
 
     def reset(self) -> None:
@@ -109,6 +111,36 @@ class Stepper(StepperCommands):
         if why:
             emit(Info(why))
 
+    # -- commands: the command object runs them (dynstep.step.commands) -------------------------
+
+    def execute(self, line: str) -> bool:
+        """Run one command line at a stop; True when it resumes the program."""
+        return self.commands.execute(line)
+
+    def run_command(self, name: str, arg: str = "", *, line: str | None = None) -> bool:
+        """A command by its full name, with no line to parse (a DAP resume request)."""
+        return self.commands.run_command(name, arg, line=line)
+
+    def evaluate(self, expr: str) -> Any:
+        return self.commands.evaluate(expr)
+
+    def assign(self, name: str, result: Any) -> None:
+        """`set NAME = ...` with the value in hand (DAP setVariable)."""
+        self.commands.assign(name, result)
+
+    def write_value(self, stop: Stop, result: Any) -> None:
+        self.commands.write_value(stop, result)
+
+    def write_tensor(self, x: torch.Tensor, result: Any, label: str) -> None:
+        self.commands.write_tensor(x, result, label)
+
+    def serve(self, line: str, make_stop: Callable[[], Stop]) -> list[Any]:
+        """A command another rank sent here, run with this stop point bound; the events it emitted."""
+        return self.commands.serve(line, make_stop)
+
+    def at_stop(self) -> bool:
+        return self.current is not None
+
     # -- what other rooms call: the stepper's state is written here, not from outside ----------
 
     def resume(self, kind: str) -> None:
@@ -162,7 +194,7 @@ class Stepper(StepperCommands):
         if ids:
             external[owner] = frozenset(ids)
         self.external_breaks = external
-        self.recompute_breaks()
+        self.commands.recompute_breaks()
 
     # -- run time -----------------------------------------------------------------------------
 
@@ -234,7 +266,7 @@ class Stepper(StepperCommands):
         with job_pause(self.coordinator, info, lambda line: self.serve(line, lambda: stop),
                        turn=frontend.shares_terminal) as auto:
             emit(Stopped(reason=stop.reason, site=stop.site, call=stop.call, tensor=tensor_view(stop.value),
-                         watches=tuple((w, self._watch_text(w)) for w in self.watches),
+                         watches=tuple((w, self.commands.watch_text(w)) for w in self.watches),
                          writable=stop.writable, note=stop.note))
             if auto is not None:
                 self.execute(auto)
@@ -275,7 +307,7 @@ def _trace_stop(stop: Stop) -> None:
 
 
 def command_names() -> list[str]:
-    return commandset.names(Stepper)
+    return commandset.names(StepperCommands)
 
 
 STEPPER = Stepper()

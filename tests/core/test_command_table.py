@@ -13,11 +13,12 @@ from dynstep.core.commands import names
 from dynstep.core.events import Info, use_sink
 from dynstep.core.sites import Site
 from dynstep.dap import stopview
+from dynstep.step.commands import StepperCommands
 from dynstep.step.compile_stop import CompileStopCommands
 from dynstep.step.stepper import Stepper, Stop
 
 
-@pytest.mark.parametrize("table, cls", [(NODE_STOP, Stepper), (BYTECODE_STOP, BytecodeStepper),
+@pytest.mark.parametrize("table, cls", [(NODE_STOP, StepperCommands), (BYTECODE_STOP, BytecodeStepper),
                                         (COMPILE_STOP, CompileStopCommands)])
 def test_each_table_names_exactly_its_command_sets_commands(table, cls):
     assert set(table.commands) == set(names(cls))
@@ -79,3 +80,23 @@ def test_assign_is_set_with_the_value_in_hand():
         with pytest.raises(ValueError, match="not stopped"):
             stepper.assign("value", 0)
     assert any(isinstance(e, Info) and "replaced" in e.message for e in events)
+
+
+def test_the_runtime_stepper_holds_its_commands_and_they_change_its_state():
+    """Issue 27 item 1: the REPL's commands are an object holding the stepper (composition, not a
+    mixin); the stepper's own calls hand over to it, and the state they change is the stepper's."""
+    stepper = Stepper()
+    assert not isinstance(stepper, StepperCommands) and stepper.commands.stepper is stepper
+    assert not any(n.startswith("cmd_") for n in dir(stepper))
+    stop = _stop(stepper)
+    stepper.current = stop
+    try:
+        events: list = []
+        with use_sink(events.append):
+            assert stepper.execute("b op:relu") is False and "op:relu" in stepper.breakpoints
+            assert stepper.execute("watch value.sum()") is False and stepper.watches == ["value.sum()"]
+            assert stepper.execute("n") is True and (stepper.mode, stepper.next_graph) == ("next", "g[0/0]")
+            assert stepper.run_command("continue") is True and stepper.mode == "run"
+        assert float(stepper.evaluate("x.sum()")) == 3.0
+    finally:
+        stepper.current = None

@@ -311,3 +311,40 @@ def test_the_stepper_write_rule_finds_what_it_looks_for():
     code = ("STEPPER.mode = 'run'\nSTEPPER.config, STEPPER.frontend = 1, 2\nself.stepper.hits[3] += 1\n"
             "stepper.watches.append('x')\nSTEPPER.resume('step')\nmode = STEPPER.mode\n")
     assert _stepper_writes(ast.parse(code)) == [1, 2, 3, 4]
+
+
+# Modules that may rebind their own module-level names (`global`): each holds a flag or entry point that
+# generated code or a hot path reads as a module attribute, or a front end's process-wide choice. The probe
+# kernels' state is one object (probe.runtime.RUNTIME, issue 27 item 4): runtime.py and rings.py are not
+# here. A module joins this list only with a reason; the list only shrinks.
+GLOBAL_WRITERS = {
+    "dynstep.core.wiring",          # the default event sink and front end slots
+    "dynstep.probe.switch",         # ENABLED: read by generated wrappers
+    "dynstep.probe.fastpath",       # probe/publish entry points Inductor's wrapper calls
+    "dynstep.dap.api",              # the one in-process DAP server
+    "dynstep.jobs.identity",        # rank and world, found once
+    "dynstep.flight.recorder",      # the process's flight recorder
+    "dynstep._compat.native",       # torch's native entry points, looked up once
+    "dynstep.ops.native",           # the loaded native extension
+    "dynstep.mixed.provenance",     # Inductor provenance cache
+    "dynstep.front.repl",           # readline history set-up
+    "dynstep.front.console",        # the rich console
+    "dynstep.bytecode.framestack",  # the loaded value-stack reader
+    "dynstep.bytecode.api",         # the active bytecode stepper
+    "dynstep.backends.kernel_counts",
+}
+
+
+def _global_statements(tree: ast.AST) -> list[int]:
+    return sorted(n.lineno for n in ast.walk(tree) if isinstance(n, ast.Global))
+
+
+def test_module_state_is_rebound_only_in_the_listed_modules():
+    found = {name for name, path in modules().items()
+             if _global_statements(ast.parse(path.read_text(encoding="utf-8")))}
+    assert found <= GLOBAL_WRITERS, f"`global` outside the listed modules: {sorted(found - GLOBAL_WRITERS)}"
+    assert {"dynstep.probe.runtime", "dynstep.probe.rings"}.isdisjoint(found)
+
+
+def test_the_global_rule_finds_what_it_looks_for():
+    assert _global_statements(ast.parse("x = 1\ndef f():\n    global x\n    x = 2\n")) == [3]

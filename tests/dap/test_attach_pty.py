@@ -5,13 +5,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
-from dynstep.ops.native import cache_root
-
-from .dap import ROOT, env, start_program
+from ..conftest import spawn_dynstep
+from .dap import ROOT, start_program
 
 pexpect = pytest.importorskip("pexpect")
 PROMPT = re.escape("(dynstep) ")
@@ -20,9 +18,7 @@ PROMPT = re.escape("(dynstep) ")
 def test_attach_drives_a_remote_program_from_a_terminal(tmp_path):
     proc, port = start_program("--wait", "--inner", "eager", "--pause", "module:blocks.0.attn",
                                os.path.join(ROOT, "examples", "pause_and_step.py"), "1")
-    child = pexpect.spawn(sys.executable, ["-m", "dynstep", "attach", f"localhost:{port}"], cwd=str(tmp_path),
-                          env={**env(), "COLUMNS": "160", "HOME": str(tmp_path), "DYNSTEP_CACHE_DIR": str(cache_root())}, encoding="utf-8", timeout=120,
-                          dimensions=(50, 160))
+    child = spawn_dynstep("attach", f"localhost:{port}", cwd=str(tmp_path), home=str(tmp_path))
     try:
         child.expect(r"breakpoint · pause selector module:blocks\.0\.attn at out")
         child.expect(r"model\.py:\d+ +blocks\.0\.attn\.c_proj: out = self\.c_proj\(attn\)")
@@ -58,9 +54,7 @@ def test_attach_to_a_running_program_pause_with_ctrl_c_and_quit(tmp_path):
     # the program keeps running for 10 minutes (q ends it): on a slow machine starting the client alone
     # can take most of a minute, and a shorter loop may end before the pause reaches it
     proc, port = start_program("--inner", "eager", os.path.join(ROOT, "tests", "dap", "block_model.py"), "0", "600")
-    child = pexpect.spawn(sys.executable, ["-m", "dynstep", "attach", f"127.0.0.1:{port}"], cwd=str(tmp_path),
-                          env={**env(), "COLUMNS": "160", "HOME": str(tmp_path), "DYNSTEP_CACHE_DIR": str(cache_root())}, encoding="utf-8", timeout=120,
-                          dimensions=(50, 160))
+    child = spawn_dynstep("attach", f"127.0.0.1:{port}", cwd=str(tmp_path), home=str(tmp_path))
     try:
         child.expect("attached; the program runs")
         child.sendintr()

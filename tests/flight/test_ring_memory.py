@@ -23,7 +23,7 @@ K = 3
 def test_native_and_python_rings_hold_k_plus_one_steps(dumps):
     tiny(steps=3 * K + 2, flight={"steps": K, "path": str(dumps)})
     recorder = dynstep.flight.current()
-    native = rings._native
+    native = rings.runtime.RUNTIME.native
     if native is None:
         pytest.skip("no native kernel (DYNSTEP_NATIVE=0 or no compiler): the Python kernel keeps no ring")
     sample = list(recorder.rings)[:20]

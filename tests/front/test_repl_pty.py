@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
 import pytest
 
 pexpect = pytest.importorskip("pexpect")
 
-from dynstep.ops.native import cache_root  # noqa: E402
 
 from ..conftest import spawn_dynstep  # noqa: E402
 
@@ -70,12 +68,7 @@ while time.time() < end:
 def test_ctrl_c_while_running_stops_at_the_next_node(tmp_path):
     script = tmp_path / "loop.py"
     script.write_text(LOOP_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "TERM": "dumb",
-           "NO_COLOR": "1", "HOME": str(tmp_path), "DYNSTEP_CACHE_DIR": str(cache_root())}   # the built kernel
-    env.pop("DYNSTEP_COMMANDS", None)
-    child = pexpect.spawn(sys.executable, ["-m", "dynstep", "run", "--inner", "eager", "--pause", "op:relu",
-                                           str(script)], cwd=ROOT, env=env, encoding="utf-8", timeout=120,
-                          dimensions=(50, 160))
+    child = spawn_dynstep("run", "--inner", "eager", "--pause", "op:relu", str(script), home=str(tmp_path))
     child.expect(r"paused .* node relu")
     child.expect(PROMPT)
     child.sendline("cl")           # nothing can stop now: the loop runs the plain variant
