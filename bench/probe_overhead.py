@@ -254,7 +254,8 @@ def training_step(model, idx, backend, tag: str) -> Callable[[], None]:
     return step
 
 
-def part_training(quick: bool) -> dict:
+def part_training(quick: bool, models: tuple[str, ...] = ("TinyGPT", "GPT-2"), extern: bool = True,
+                  rounds: int | None = None) -> dict:
     import dynstep
     from dynstep.backends import kernel_counts
     from dynstep.recording.compile_log import COMPILE_LOG
@@ -262,10 +263,12 @@ def part_training(quick: bool) -> dict:
 
     out = {}
     for name, build in (("TinyGPT", tinygpt), ("GPT-2", gpt2)):
+        if name not in models:
+            continue
         model, idx, modules = build(quick)
         steps = {"plain": training_step(model, idx, "inductor", f"{name}_plain")}
         counts: dict[str, list] = {}
-        for fused in (True, False):
+        for fused in (True, False) if extern else (True,):
             for label, probe in (("every node", ["*"]), ("module outputs", modules)):
                 key = f"{label}{'' if fused else ', extern'}"
                 backend = dynstep.superstep(probe=probe, grads=True)
@@ -276,7 +279,7 @@ def part_training(quick: bool) -> dict:
                     steps[key]()   # compiled (forward and backward) now, while the switch holds
                 counts[key] = to_json([e for e in COMPILE_LOG.entries()[mark:] if isinstance(e, KernelCount)])
         with dynstep.session(summaries=4):
-            med = interleaved(steps, 5 if quick else 15, 2 if quick else 5)
+            med = interleaved(steps, rounds or (5 if quick else 15), 2 if quick else 5)
         out[name] = {"ms": {k: v * 1e3 for k, v in med.items()}, "kernels": counts, "shape": list(idx.shape)}
     return out
 
@@ -373,6 +376,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=("model", "kernel", "training", "record", "calls", "tokens"))
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--models", default="TinyGPT,GPT-2",
+                    help="training part: which models (comma-separated: TinyGPT, GPT-2); the whole part takes "
+                         "over 30 minutes on 2 cores")
+    ap.add_argument("--no-extern", action="store_true",
+                    help="training part: only the fused variants against plain (half the compiles)")
+    ap.add_argument("--rounds", type=int, help="training part: interleaved rounds (default 15)")
     ap.add_argument("--child-kernel", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -397,7 +406,11 @@ def main() -> None:
         results["kernel"] = {p: kernel_in_child(p, args.quick) for p in PATHS}
         print_kernel(results["kernel"])
     if want("training"):
-        results["training"] = part_training(args.quick)
+        models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+        unknown = set(models) - {"TinyGPT", "GPT-2"}
+        if unknown:
+            sys.exit(f"--models: unknown {sorted(unknown)}; expected TinyGPT and/or GPT-2")
+        results["training"] = part_training(args.quick, models, extern=not args.no_extern, rounds=args.rounds)
         print_training(results["training"])
     if want("record"):
         rc = results["record"] = part_record(args.quick)
