@@ -235,3 +235,18 @@ class Here:
     frame: types.FrameType
     info: CodeInfo
     row: Row
+
+
+def live_depth_in_call(code: types.CodeType, offset: int, depth: int) -> int:
+    """How many of the `depth` slots before the instruction at `offset` still hold live values while
+    the frame waits in a call that instruction made (a frame further out than where the program
+    stopped: CPython saved no stack pointer for it, so the slots are read by the static depth).
+
+    CALL_FUNCTION_EX pops its argument sequence (and keyword mapping) before calling and, when they are
+    not an exact tuple (dict), replaces them with new ones and frees the originals: the slots that held
+    them point at freed memory during the call (reading them corrupted the heap on CPython 3.11). Those
+    slots are left out; every other instruction keeps its operands alive until its call returns."""
+    raw = code.co_code
+    if offset < 0 or offset + 1 >= len(raw) or dis.opname[raw[offset]] != "CALL_FUNCTION_EX":
+        return depth
+    return max(0, depth - 1 - (raw[offset + 1] & 1))

@@ -21,6 +21,7 @@ from ..core.errors import Abort
 from ..core.events import Evaluated, Info, Resumed, emit
 from ..step.stepper import STEPPER
 from ..step.values import safe_text, tensor_view
+from .code import live_depth_in_call
 from .events import FramesShown, GuardSet, GuardsShown, ValuesShown
 from .framestack import FrameStackUnavailable
 from .navigation import FrameCommands
@@ -202,7 +203,10 @@ class Commands(FrameCommands):
 
     def stack_values(self) -> list[Any]:
         here = self._here()
-        return self.mechanism.read_stack(here.frame, here.row.depth or 0)
+        depth = here.row.depth or 0
+        if self.level > 0:   # a frame further out waits in a call: only the slots still live (code.py)
+            depth = live_depth_in_call(here.frame.f_code, here.row.offset, depth)
+        return self.mechanism.read_stack(here.frame, depth)
 
     def cmd_locals(self, arg: str) -> None:
         """locals: the frame's local variables (Dynamo's temporaries too: graph_out_0, tmp_1)."""

@@ -102,3 +102,29 @@ def test_catch_off_lets_exceptions_pass(events, tmp_path):
     with pytest.raises(FileNotFoundError):
         run("catch off; c", raises_at_the_break, str(tmp_path / "nope.txt"))
     assert [e.reason for e in stops(events)] == ["entry"]
+
+
+def test_a_frame_waiting_in_call_function_ex_shows_only_the_slots_still_live(events):
+    """At a frame further out, CPython saved no stack pointer, so the stack is read by the static depth.
+    CALL_FUNCTION_EX pops its argument sequence before calling and may free it (a list made into a
+    tuple): `stack` there leaves that slot out instead of reading freed memory (what corrupted the heap
+    and killed a test worker on CPython 3.11, 2026-11-26)."""
+    run("b entry; c; u; !keep = [[0] for _ in range(200)]; stack; c")    # lists that may reuse its memory
+    up = [e for e in events if isinstance(e, FrameSelected)][0]
+    (shown,) = [e for e in events if isinstance(e, ValuesShown) and e.title.startswith("value stack")]
+    if not up.row.text.startswith("CALL_FUNCTION_EX"):
+        pytest.skip(f"Dynamo calls the resume function with {up.row.text} on this Python")   # not on 3.11-3.13
+    # the top is the callable: the argument sequence the instruction popped (and may have freed) is not read
+    assert shown.entries and "torch_dynamo_resume_in_story" in shown.entries[-1][1], shown.entries
+
+
+@pytest.mark.parametrize("source, dropped", [("f(*a)", 1), ("f(*a, **k)", 2), ("f(a)", 0)])
+def test_live_depth_in_a_call_leaves_out_what_call_function_ex_popped(source, dropped):
+    import dis
+
+    from dynstep.bytecode.code import live_depth_in_call
+
+    code = compile(source, "<test>", "eval")
+    calls = [i for i in dis.get_instructions(code) if i.opname.startswith("CALL")]
+    assert calls, list(dis.get_instructions(code))
+    assert live_depth_in_call(code, calls[-1].offset, 5) == 5 - dropped
