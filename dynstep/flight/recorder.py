@@ -130,7 +130,7 @@ class FlightRecorder:
             if graph not in self._seen_device:
                 self._seen_device.add(graph)
                 self.cuda = self.cuda or any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
-            if self.clock.starts_step(graph):
+            if self.cuda and self.clock.starts_step(graph):   # settle_device does nothing without CUDA
                 self.settle_device()
             if self.clock.call(graph):
                 self._boundary()

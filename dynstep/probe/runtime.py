@@ -125,10 +125,7 @@ def on_probe(x: torch.Tensor, site_id: int) -> None:
         return
     if site.hand is not None and site.hand.non_contiguous == "error" and not x.is_contiguous():
         raise ValueError(non_contiguous_message(x))
-    with _rt.lock:
-        call = _rt.calls[site_id]
-        _rt.calls[site_id] += 1
-    _guarded(x, site, call, None)
+    _guarded(x, site, next_call(site_id), None)
 
 
 def skip(site_id: int, reason: str) -> None:

@@ -331,7 +331,7 @@ GLOBAL_WRITERS = {
     "dynstep.front.console",        # the rich console
     "dynstep.bytecode.framestack",  # the loaded value-stack reader
     "dynstep.bytecode.api",         # the active bytecode stepper
-    "dynstep.backends.kernel_counts",
+    "dynstep.backends.kernel_counts",   # how many measure() blocks force kernel counting now
 }
 
 
