@@ -57,6 +57,7 @@ class FusedProbes:
     fused: tuple[int, ...] = ()
     kept: tuple[tuple[int, str], ...] = ()
     publishes: int = 0
+    shared: tuple[int, ...] = ()    # fused sites whose statistics another probe's reductions computed
 
 
 def enabled() -> bool:
@@ -88,15 +89,38 @@ def fuse_summaries(gm: torch.fx.GraphModule) -> FusedProbes:
     graph = gm.graph
     runs, kept = _runs(graph)
     fused_ids: list[int] = []
+    computed: dict[torch.fx.Node, list[torch.fx.Node]] = {}   # a value's elements -> their statistics
+    shared: list[int] = []
     for run in runs:
-        _lower_run(graph, run)
+        shared += _lower_run(graph, run, computed)
         fused_ids += [c.site for c in run]
     if runs:
         graph.lint()
         gm.recompile()
     for site_id, why in kept:
         log.debug("dynstep: summary probe %d keeps the extern call: %s", site_id, why)
-    return FusedProbes(tuple(fused_ids), tuple(kept), len(runs))
+    return FusedProbes(tuple(fused_ids), tuple(kept), len(runs), tuple(shared))
+
+
+# Ops whose result holds exactly the elements of their first argument, same dtype and count, in another
+# shape or order (a view, a permutation, a copy): a probe of one has the statistics of the other (sums
+# folded in another order: equal within float64 rounding), so they are computed once. Partitioned graphs
+# are full of these (a linear's output viewed back to 3-d, attention heads transposed, a gradient viewed
+# for the next matmul). Not here: anything that drops, repeats or converts elements (slice, expand,
+# view.dtype, _to_copy).
+SAME_ELEMENTS = frozenset(op for op in (
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten._reshape_alias.default,
+    aten.permute.default, aten.transpose.int, aten.t.default, aten.squeeze.default, aten.squeeze.dim,
+    getattr(aten.squeeze, "dims", None), aten.unsqueeze.default, aten.clone.default, aten.alias.default,
+    aten.detach.default) if op is not None)
+
+
+def _elements_of(value: object) -> object:
+    """The node that first held `value`'s elements, looking through SAME_ELEMENTS ops."""
+    while isinstance(value, torch.fx.Node) and value.op == "call_function" and value.target in SAME_ELEMENTS \
+            and isinstance(value.args[0], torch.fx.Node):
+        value = value.args[0]
+    return value
 
 
 def _runs(graph: torch.fx.Graph) -> tuple[list[list[_Call]], list[tuple[int, str]]]:
@@ -147,13 +171,24 @@ def _why_not(call: _Call) -> str | None:
     return None
 
 
-def _lower_run(graph: torch.fx.Graph, run: list[_Call]) -> None:
+def _lower_run(graph: torch.fx.Graph, run: list[_Call], computed: dict[torch.fx.Node, list[torch.fx.Node]]) -> list[int]:
+    """Replace a run of probes by one publish call; returns the sites whose statistics were shared
+    (`computed`: those of values whose elements an earlier probe of the graph summarised)."""
     stats: list[torch.fx.Node] = []
     shapes: list[object] = []
+    shared: list[int] = []
     for call in run:
+        elements = _elements_of(call.value)
         with graph.inserting_before(call.node):
             emit = _Emitter(graph, call.node)
-            stats += _statistics(emit, call.value)
+            if isinstance(elements, torch.fx.Node) and elements in computed:
+                stats += computed[elements]      # computed before this call, earlier in graph order
+                shared.append(call.site)
+            else:
+                mine = _statistics(emit, call.value)
+                if isinstance(elements, torch.fx.Node):
+                    computed[elements] = mine
+                stats += mine
             shapes += _shape(emit, call.value)
     last = run[-1]
     for call in run[:-1]:
@@ -165,6 +200,7 @@ def _lower_run(graph: torch.fx.Graph, run: list[_Call]) -> None:
         last.node.args = args
     else:   # its token, as rewired when the run's earlier probes went
         last.node.args = (last.node.args[0], ops.publish, *args)
+    return shared
 
 
 def _drop(graph: torch.fx.Graph, call: _Call) -> None:

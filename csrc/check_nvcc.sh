@@ -27,7 +27,7 @@ if ! "$py" -c 'import os, sys; from torch.utils.cpp_extension import include_pat
   shim="-I$out/shim"
   echo "check_nvcc: CPU torch headers: using a stand-in c10/cuda/impl/cuda_cmake_macros.h"
 fi
-for src in cuda/probe_cuda_op.cpp probe_cpu.cpp probe_publish.cpp; do
+for src in cuda/probe_cuda_op.cpp probe_cpu.cpp probe_publish.cpp flight_lines.cpp; do
   # .cpp files go to the host compiler through nvcc, as torch's build does; -O0: a type check only.
   "$nvcc" -c -std=c++20 -O0 -arch="$arch" -DDYNSTEP_WITH_CUDA -DTORCH_EXTENSION_NAME=dynstep_native \
     -D_GLIBCXX_USE_CXX11_ABI="$abi" $inc $shim -I"$pyinc" -I"$here" "$here/$src" -o "$out/$(basename "$src").o"

@@ -366,6 +366,7 @@ void remove_native(int64_t site) {
 }
 
 void add_publish(pybind11::module& m);  // csrc/probe_publish.cpp: dynstep::publish's callbacks and direct entry
+void add_flight_lines(pybind11::module& m);  // csrc/flight_lines.cpp: a flight dump's records.jsonl lines
 
 }  // namespace dynstep
 
@@ -411,6 +412,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.add_object("probe", py::reinterpret_steal<py::object>(
                             PyCFunction_NewEx(&g_probe_def, nullptr, m.attr("__name__").ptr())));
   add_publish(m);
+  add_flight_lines(m);
   m.attr("ACTION_BITS") = py::dict(
       py::arg("summary") = int64_t(kSummary), py::arg("record") = int64_t(kRecord),
       py::arg("print") = int64_t(kPrint), py::arg("nan") = int64_t(kNan),

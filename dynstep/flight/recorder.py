@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..core.flight_options import FlightOptions
-from ..core.records import Snapshot
+from ..core.records import Snapshot, Stats
 from ..core.sites import Site
 from ..probe import rings, runtime
 from ..recording.compile_log import COMPILE_LOG
@@ -51,6 +51,13 @@ class _Sink:
 
     def add(self, snap: Snapshot) -> None:
         self.recorder.hit(self.ring, snap)
+
+    def add_raw(self, seq: int, call: int, numbers: tuple, shape: Sequence[int], dtype: str, device: str) -> None:
+        """A hit drained from the native ring (probe.runtime.RawAdd): no Snapshot unless it is non-finite."""
+        self.ring.add_raw(seq, call, numbers, shape, dtype, device)
+        if numbers[5] or numbers[6]:
+            snap = runtime.snapshot_for(self.ring.site, call, tuple(shape), dtype, device, Stats(*numbers), None, seq)
+            self.recorder.nonfinite_hit(self.ring.site, snap)
 
     def count_dropped(self, ring: int, memory: int) -> None:
         pass   # a flight ring drops its oldest hits on purpose
@@ -84,15 +91,19 @@ class FlightRecorder:
             self.graphs[graph.graph] = graph
             for site in sites:
                 ring = self.rings[site.id] = SiteRing(site, self.opts.steps + 1)
-                runtime.set_sink(site.id, _Sink(self, ring))
+                sink = _Sink(self, ring)
+                runtime.set_sink(site.id, sink, sink.add_raw)
 
     def hit(self, ring: SiteRing, snap: Snapshot) -> None:
         """A hit of a flight site: into its ring; a non-finite one may be the trigger."""
         ring.add(snap)
-        if (snap.stats.nan or snap.stats.inf) and not self._writing:
-            self._nonfinite(ring.site, snap)
+        if snap.stats.nan or snap.stats.inf:
+            self.nonfinite_hit(ring.site, snap)
 
-    def _nonfinite(self, site: Site, snap: Snapshot) -> None:
+    def nonfinite_hit(self, site: Site, snap: Snapshot) -> None:
+        """A hit holding NaN/Inf (already in its ring): it may be the trigger."""
+        if self._writing:
+            return
         rule = self.opts.nonfinite
         if rule is None or (rule == "value" and site.kind != "value") or "nonfinite" in self.fired:
             return

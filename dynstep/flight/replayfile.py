@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,8 +47,8 @@ class ReplayCall:
     notes: tuple[str, ...]
 
 
-def replay_files(recorder: "DumpSource", trigger: Trigger) -> tuple[dict[str, bytes], str]:
-    from safetensors.torch import save
+def replay_files(recorder: "DumpSource", trigger: Trigger) -> tuple[dict[str, bytes | Callable[[Path], None]], str]:
+    from safetensors.torch import save_file
 
     graph = _graph_for(recorder, trigger)
     if graph is None:
@@ -61,7 +62,8 @@ def replay_files(recorder: "DumpSource", trigger: Trigger) -> tuple[dict[str, by
     if call.missing:
         where = "; ".join(f"input {i}: {why}" for i, why in list(call.missing.items())[:3])
         return {}, f"inputs of the last call of {graph} could not be kept ({where})"
-    tensors = {f"input:{i}": t.detach().clone().contiguous() for i, t in call.tensors.items()}
+    # the captured inputs are the keeper's own CPU copies (flight.inputs), read here and written as they are
+    tensors = {f"input:{i}": t.detach().contiguous() for i, t in call.tensors.items()}
     tensors.update({f"attr:{k}": v.detach().to("cpu").clone().contiguous() for k, v in fg.attrs.items()})
     if call.rng is not None:
         tensors["rng"] = call.rng.clone()
@@ -69,7 +71,8 @@ def replay_files(recorder: "DumpSource", trigger: Trigger) -> tuple[dict[str, by
     meta = {"format": FORMAT, "graph": graph, "step": call.step, "call": call.call, "inner": fg.inner, "mode": fg.mode,
             "inputs": [_input(i, name, call) for i, name in enumerate(names)], "rng": call.rng is not None,
             "notes": _notes(call, names, fg.rng), "nodes": fg.replay["nodes"]}
-    return {"replay.json": json.dumps(meta).encode(), "replay.safetensors": save(tensors)}, ""
+    return {"replay.json": json.dumps(meta).encode(),
+            "replay.safetensors": lambda path: save_file(tensors, str(path))}, ""
 
 
 def _graph_for(recorder: "DumpSource", trigger: Trigger) -> str | None:

@@ -26,17 +26,36 @@ from ..core.sites import Site
 
 # sizeof(Entry) in csrc/probe_state.h (160 on x86-64) + its shape vector's reserved 8 dims and header
 NATIVE_SLOT_BYTES = 256
-# a drained hit here: the tuple, its Stats and the floats they hold (shape, dtype, device shared)
+# a drained hit here: the tuple, its numbers' tuple and the floats they hold (shape, dtype, device shared)
 PYTHON_HIT_BYTES = 560
 
 
 class Hit(NamedTuple):
+    """One drained hit. `numbers` are its statistics in `Stats` field order (min, max, mean, std, absmax,
+    nan, inf, count) as the native drain hands them over: no `Stats` object per hit until one is asked for."""
+
     seq: int
     call: int
-    stats: Stats
+    numbers: tuple
     shape: tuple[int, ...]
     dtype: str
     device: str
+
+    @property
+    def stats(self) -> Stats:
+        return Stats(*self.numbers)
+
+    @property
+    def absmax(self) -> float:
+        return self.numbers[4]
+
+    @property
+    def nan(self) -> int:
+        return self.numbers[5]
+
+    @property
+    def inf(self) -> int:
+        return self.numbers[6]
 
 
 class SiteRing:
@@ -50,9 +69,17 @@ class SiteRing:
         self._shape: tuple[int, ...] = ()
 
     def add(self, snap: Snapshot) -> None:
-        shape = snap.shape if snap.shape != self._shape else self._shape   # one tuple per site while it holds
-        self._shape = shape
-        self.hits.append(Hit(snap.seq, snap.call, snap.stats, shape, sys.intern(snap.dtype), sys.intern(snap.device)))
+        st = snap.stats
+        self.add_raw(snap.seq, snap.call, (st.min, st.max, st.mean, st.std, st.absmax, st.nan, st.inf, st.count),
+                     snap.shape, snap.dtype, snap.device)
+
+    def add_raw(self, seq: int, call: int, numbers: tuple, shape, dtype: str, device: str) -> None:
+        """A hit as the native drain hands it over (`numbers` in `Stats` field order, `shape` any sequence)."""
+        held = self._shape
+        shape = shape if type(shape) is tuple else tuple(shape)
+        if shape != held:
+            held = self._shape = shape   # one tuple per site while its shape holds
+        self.hits.append(Hit(seq, call, numbers, held, sys.intern(dtype), sys.intern(device)))
 
     def grow(self, slots: int) -> None:
         """Keep more hits (a graph called more often per step than planned)."""

@@ -63,7 +63,7 @@ def first_nonfinite(trigger: Trigger, hits: Iterable[tuple[Site, Hit, int]],
     """`trigger` naming the first non-finite hit among (site, hit, step) (hit order), if any; an Inf of a
     site in `by_design` (Inf from its first call on: a mask) does not count."""
     bad = [(h.seq, site, h, step) for site, h, step in hits
-           if h.stats.nan or (h.stats.inf and site.id not in by_design)]
+           if h.nan or (h.inf and site.id not in by_design)]
     if not bad:
         return trigger
     _, site, hit, step = min(bad, key=lambda b: b[0])
@@ -80,9 +80,9 @@ def first_jump(trigger: Trigger, hits: Iterable[tuple[Site, Hit, int]], factor: 
         if step == trigger.step:
             at_step.append((h.seq, site, h))
         elif step < trigger.step:
-            history.setdefault(site.id, []).append(h.stats.absmax)
+            history.setdefault(site.id, []).append(h.absmax)
     for _, site, h in sorted(at_step, key=lambda t: t[0]):
-        if spiked(history.get(site.id, ()), h.stats.absmax, factor):
+        if spiked(history.get(site.id, ()), h.absmax, factor):
             named = at_hit("spike", site, h, trigger.step, trigger.reason, name=trigger.name, value=trigger.value)
             reason = f"{trigger.reason}; first jump: {site.node} ({site.module or '-'})"
             return dataclasses.replace(named, reason=reason)

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dynstep")
 
 NAME = "dynstep_native"
-SOURCES = ("probe_cpu.cpp", "probe_publish.cpp")
+SOURCES = ("probe_cpu.cpp", "probe_publish.cpp", "flight_lines.cpp")
 CUDA_SOURCES = ("cuda/probe_cuda_op.cpp", "cuda/probe_cuda.cu")
 HEADERS = ("probe_state.h", "probe_kernels.h", "cuda/probe_cuda.h")
 BUILD_SCRIPT = Path(__file__).with_name("native_build.py")

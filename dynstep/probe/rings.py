@@ -168,7 +168,12 @@ def drain_native(site_id: int | None = None) -> int:
         return 0
     entries, dropped = native.drain(-1 if site_id is None else site_id)
     where = rank_world()
+    raw_adds = _rt.raw_adds
     for sid, seq, call, thread, numbers, shape, dtype, tensor, device in entries:
+        add = raw_adds.get(sid) if tensor is None else None
+        if add is not None:
+            add(seq, call, numbers, shape, dtype, device)
+            continue
         snap = runtime.snapshot_for(SITES.get(sid), call, tuple(shape), dtype, device, Stats(*numbers), tensor, seq,
                                     where)
         runtime.deliver(snap, thread or None)  # 0: a CUDA hit harvested from the device ring: the drainer's sessions
@@ -186,6 +191,19 @@ def harvest_device() -> tuple[int, int]:
         return 0, 0
     taken, nonfinite = native.harvest()
     return int(taken), int(nonfinite)
+
+
+def flight_lines(prefixes: list[str], which: list[int], ints: list[int], floats: list[float]) -> str | None:
+    """A flight dump's records.jsonl text, encoded natively (csrc/flight_lines.cpp; the arguments are
+    described there), or None when the native kernel is not loaded or cannot take these numbers (the
+    caller then encodes them in Python)."""
+    native = _rt.native
+    if native is None:
+        return None
+    try:
+        return native.flight_lines(prefixes, which, ints, floats)
+    except TypeError:   # a number pybind11 does not convert (an int where a float was, or a float in ints)
+        return None
 
 
 def close_site(site_id: int) -> None:

@@ -24,7 +24,7 @@ import math
 import threading
 import warnings
 from types import ModuleType
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import torch
 
@@ -43,6 +43,13 @@ class RecordSink(Protocol):
 
     def add(self, snap: Snapshot) -> None: ...
     def count_dropped(self, ring: int, memory: int) -> None: ...
+
+
+class RawAdd(Protocol):
+    """A sink's way to take a summary hit as the native drain hands it over, with no `Snapshot` made
+    (the flight recorder's: a dump drains tens of thousands of hits). `numbers` in `Stats` field order."""
+
+    def __call__(self, seq: int, call: int, numbers: tuple, shape: Sequence[int], dtype: str, device: str) -> None: ...
 
 
 class Destination(Protocol):
@@ -74,6 +81,7 @@ class ProbeRuntime:
         self.warned: set[tuple[int, str]] = set()     # (site, reason) warned once
         self.native: ModuleType | None = None         # the native extension, once attached (rings.py)
         self.sinks: dict[int, RecordSink] = {}        # a hand-placed or owned probe's own sink
+        self.raw_adds: dict[int, RawAdd] = {}         # the sinks that take a drained hit without a Snapshot
         self.checks: dict[int, CheckState] = {}       # sticky compare / non-finite state (Python kernel)
         self.closed: set[int] = set()                 # sites whose later hits do nothing
         self.destination: Destination | None = None   # the sessions (probe.registration connects them)
@@ -331,14 +339,21 @@ def set_native(module: ModuleType) -> None:
     _rt.native = module
 
 
-def set_sink(site_id: int, sink: RecordSink) -> None:
+def set_sink(site_id: int, sink: RecordSink, raw: RawAdd | None = None) -> None:
+    """`sink` takes this site's hits; `raw`, when given, takes the ones drained from the native ring that
+    carry no tensor (summary hits) without a `Snapshot` being made for them."""
     _rt.sinks[site_id] = sink
+    if raw is None:
+        _rt.raw_adds.pop(site_id, None)
+    else:
+        _rt.raw_adds[site_id] = raw
 
 
 def close(site_id: int) -> None:
     """Later hits of this site do nothing (rings.close_site also stops its native side)."""
     _rt.closed.add(site_id)
     _rt.sinks.pop(site_id, None)
+    _rt.raw_adds.pop(site_id, None)
 
 
 def is_closed(site_id: int) -> bool:

@@ -37,6 +37,7 @@ import shutil
 import threading
 import uuid
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,10 +182,13 @@ def save(snapshots: list[Snapshot], path: str | Path, *, run: RunInfo | None = N
 
 
 def save_prepared(path: str | Path, lines: list[str], *, run: RunInfo | None = None,
-                  compile: list[Entry] | tuple[Entry, ...] = (), files: dict[str, bytes] | None = None) -> Path:
+                  compile: list[Entry] | tuple[Entry, ...] = (),
+                  files: dict[str, bytes | Callable[[Path], None]] | None = None) -> Path:
     """Write a whole recording of stats-only snapshots whose records.jsonl lines the caller encoded
     (the flight recorder's dump, dynstep/flight/writer.py), with files of its own beside them (names
-    OWN_FILES knows: flight.json, replay.json, replay.safetensors). Put in place like `save`."""
+    OWN_FILES knows: flight.json, replay.json, replay.safetensors): their bytes, or a function that
+    writes the file at the path it is given (no copy of a large file's bytes in memory first). Put in
+    place like `save`."""
     path = Path(path)
     extra = dict(files or {})
     foreign = [name for name in extra if not OWN_FILES.match(name) or name in ("manifest.json", "records.jsonl")]
@@ -196,9 +200,12 @@ def save_prepared(path: str | Path, lines: list[str], *, run: RunInfo | None = N
         if run is not None:
             _write_run(folder, run)
         (folder / "compile.jsonl").write_text("".join(compile_line(e) for e in compile), encoding="utf-8")
-        for name, data in extra.items():
-            (folder / name).write_bytes(data)
         (folder / "records.jsonl").write_text("".join(lines), encoding="utf-8")
+        for name, data in extra.items():
+            if callable(data):
+                data(folder / name)
+            else:
+                (folder / name).write_bytes(data)
 
     _install(path, fill)
     return path

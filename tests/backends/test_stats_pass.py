@@ -275,3 +275,30 @@ def test_which_probes_are_fused_the_flight_recorders_included():
     assert not stats_pass.fusable(site(("summary", "nan")))            # the sessions' nan check needs the value
     assert not stats_pass.fusable(site(("summary", "record"), owner="flight"))
     assert not stats_pass.fusable(site(("print",))) and not stats_pass.fusable(site(("summary",), kind="pause"))
+
+
+def shapes_of_one_value(x):
+    a = torch.sin(x)                 # fused: its reductions
+    b = a.view(64, -1)               # the same elements: a's statistics, not computed again
+    c = b.t()                        # a permutation of them: the same
+    d = c * 2                        # new elements: its own reductions
+    e = d.reshape(-1)[: 1 << 10]     # reshape (a view here) then a slice: new elements, its own
+    return d, e, b
+
+
+def test_views_and_copies_of_a_probed_value_share_its_statistics(fuse_all, monkeypatch):
+    from dynstep.core.sites import SITES
+
+    reports, fuse = [], stats_pass.fuse_summaries
+    monkeypatch.setattr(stats_pass, "fuse_summaries", lambda gm: reports.append(fuse(gm)) or reports[-1])
+    x = torch.randn(1 << 12)
+    x[5], x[77] = math.nan, math.inf
+    (d, e, b), code, s = probed_run(shapes_of_one_value, x)
+    assert_fused(code)
+    hits = {h.node: h for h in s.records("*")}
+    shared = {SITES.get(i).node for r in reports for i in r.shared}
+    assert shared == {"b", "c", "reshape"}      # d.reshape(-1) shares d's; the slice of it has its own
+    for node, value in (("a", b), ("b", b), ("c", b.t()), ("d", d), ("reshape", d), ("e", e)):
+        assert_same_stats(hits[node].stats, reference(value), rel=1e-12)
+    assert (hits["a"].shape, hits["b"].shape, hits["c"].shape, hits["e"].shape) == ((1 << 12,), (64, 64), (64, 64),
+                                                                                  (1 << 10,))

@@ -207,3 +207,21 @@ def test_on_a_device_each_step_is_settled_before_the_next_one_starts(dumps, monk
     assert waits == [1, 2, 3, 4, 5]           # at each optimizer step, before its step ended
     assert drains == [3]                      # the harvest that saw the new count, within step 3
     assert not dumps.exists()                 # a count that moved is no trigger by itself: the hits decide
+
+
+def test_a_nan_reaching_the_recorder_only_through_a_drain_is_the_trigger(dumps):
+    """On CUDA a step's hits reach Python by the native rings' drain (settle_device), which hands them over
+    without a Snapshot (probe.runtime.RawAdd): a NaN among them must still become the trigger, named."""
+    from dynstep.probe import runtime
+
+    tiny(steps=3, flight={"steps": K, "path": str(dumps)})
+    recorder = dynstep.flight.current()
+    ring = next(r for r in recorder.rings.values() if r.site.module == "blocks.1.mlp.fc" and r.site.kind == "value")
+    add = runtime.RUNTIME.raw_adds[ring.site.id]
+    add(runtime.next_seq(), 7, (0.0, 1.0, 0.5, 0.5, 1.0, 3, 0, 61), [64], "float32", "cpu")
+    assert recorder.pending is not None
+    assert (recorder.pending.kind, recorder.pending.node, recorder.pending.module) == \
+        ("nonfinite", ring.site.node, "blocks.1.mlp.fc")
+    assert ring.hits[-1].nan == 3 and ring.hits[-1].shape == (64,)
+    path = recorder._write(recorder.pending)
+    assert dynstep.load(path).trigger.node == ring.site.node
