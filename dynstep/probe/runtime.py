@@ -23,8 +23,9 @@ import logging
 import math
 import threading
 import warnings
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 
