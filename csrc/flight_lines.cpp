@@ -95,31 +95,28 @@ py::str flight_lines(const std::vector<std::string>& prefixes, const std::vector
     size_t longest = 0;
     for (const auto& p : prefixes) longest = std::max(longest, p.size());
     out.reserve(n * (longest + 260));
-    static const char* const kFloatKeys[] = {"\"min\": ", ", \"max\": ", ", \"mean\": ", ", \"std\": ",
-                                             ", \"absmax\": "};
+    static const char* const kPlace[] = {", \"call\": ", ", \"seq\": ", ", \"step\": "};
+    static const char* const kFloats[] = {", \"stats\": {\"min\": ", ", \"max\": ", ", \"mean\": ", ", \"std\": ",
+                                          ", \"absmax\": "};
+    static const char* const kCounts[] = {", \"nan\": ", ", \"inf\": ", ", \"count\": "};
     for (size_t i = 0; i < n; ++i) {
       const int64_t p = which[i];
       TORCH_CHECK(p >= 0 && static_cast<size_t>(p) < prefixes.size(), "flight_lines: prefix ", p, " out of range");
       const int64_t* k = ints.data() + 6 * i;
       const double* f = floats.data() + 5 * i;
       out += prefixes[static_cast<size_t>(p)];
-      out += ", \"call\": ";
-      put_int(out, k[0]);
-      out += ", \"seq\": ";
-      put_int(out, k[1]);
-      out += ", \"step\": ";
-      put_int(out, k[2]);
-      out += ", \"stats\": {";
+      for (int j = 0; j < 3; ++j) {
+        out += kPlace[j];
+        put_int(out, k[j]);
+      }
       for (int j = 0; j < 5; ++j) {
-        out += kFloatKeys[j];
+        out += kFloats[j];
         put_float(out, f[j]);
       }
-      out += ", \"nan\": ";
-      put_int(out, k[3]);
-      out += ", \"inf\": ";
-      put_int(out, k[4]);
-      out += ", \"count\": ";
-      put_int(out, k[5]);
+      for (int j = 0; j < 3; ++j) {
+        out += kCounts[j];
+        put_int(out, k[3 + j]);
+      }
       out += "}}\n";
     }
   }

@@ -104,7 +104,16 @@ def _watched(recorder: "DumpSource", first: int) -> tuple[WatchSeries, ...]:
 
 def _lines(hits: list[tuple["Site", "Hit", int]]) -> list[str]:
     """records.jsonl's lines: encoded natively (csrc/flight_lines.cpp) when the native kernel is loaded,
-    else here; both write the same bytes."""
+    else here; both take the same columns and write the same bytes."""
+    columns = _columns(hits)
+    text = rings.flight_lines(*columns)
+    return [text] if text is not None else _python_lines(*columns)
+
+
+def _columns(hits: list[tuple["Site", "Hit", int]]) -> tuple[list[str], list[int], list[int], list[float]]:
+    """The hits as the encoders take them: one JSON prefix per (site, shape, dtype, device), each hit's
+    prefix index, 6 ints per hit (call, seq, step, nan, inf, count) and 5 floats (min, max, mean, std,
+    absmax)."""
     rank, world = rank_world()
     index: dict[tuple, int] = {}
     prefixes: list[str] = []
@@ -121,25 +130,20 @@ def _lines(hits: list[tuple["Site", "Hit", int]]) -> list[str]:
         n = hit.numbers
         ints += (hit.call, hit.seq, step, n[5], n[6], n[7])
         floats += n[:5]
-    text = rings.flight_lines(prefixes, which, ints, floats)
-    return [text] if text is not None else _python_lines(hits)
+    return prefixes, which, ints, floats
 
 
-def _python_lines(hits: list[tuple["Site", "Hit", int]]) -> list[str]:
-    rank, world = rank_world()
-    prefixes: dict[tuple, str] = {}
+def _python_lines(prefixes: list[str], which: list[int], ints: list[int], floats: list[float]) -> list[str]:
     lines = []
-    for site, hit, step in hits:
-        key = (site.id, hit.shape, hit.dtype, hit.device)
-        prefix = prefixes.get(key)
-        if prefix is None:
-            prefix = prefixes[key] = _prefix(site, hit, rank, world)
-        lo, hi, mean, std, absmax, nan, inf, count = hit.numbers
+    for i, p in enumerate(which):
+        call, seq, step, nan, inf, count = ints[6 * i:6 * i + 6]
+        values = floats[5 * i:5 * i + 5]
+        lo, hi, mean, std, absmax = values
         if lo - lo == hi - hi == mean - mean == std - std == absmax - absmax == 0.0:   # all finite: the fast way
             numbers = f'"min": {lo!r}, "max": {hi!r}, "mean": {mean!r}, "std": {std!r}, "absmax": {absmax!r}'
         else:
-            numbers = ", ".join(f'"{k}": {_num(v)}' for k, v in zip(STATS, hit.numbers))
-        lines.append(f'{prefix}, "call": {hit.call}, "seq": {hit.seq}, "step": {step}, "stats": {{{numbers}, '
+            numbers = ", ".join(f'"{k}": {_num(v)}' for k, v in zip(STATS, values))
+        lines.append(f'{prefixes[p]}, "call": {call}, "seq": {seq}, "step": {step}, "stats": {{{numbers}, '
                      f'"nan": {nan}, "inf": {inf}, "count": {count}}}}}\n')
     return lines
 

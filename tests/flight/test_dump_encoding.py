@@ -71,7 +71,7 @@ def test_native_lines_are_the_python_lines_byte_for_byte(native):
     lines = writer._lines(hits)
     assert len(lines) == 1                       # one text from the native encoder, not a line per hit
     text = lines[0]
-    assert text == "".join(writer._python_lines(hits))
+    assert text == "".join(writer._python_lines(*writer._columns(hits)))
     for line in text.splitlines():
         json.loads(line)
 
@@ -81,7 +81,7 @@ def test_numbers_the_native_encoder_cannot_take_fall_back_to_python(native):
     site, hit, step = hits[0]
     hits[0] = (site, hit._replace(numbers=(*hit.numbers[:5], 0.5, 0, 4096)), step)   # a float NaN count
     assert rings.flight_lines(["{"], [0], [0, 1, 2, 0.5, 0, 4096], [0.0] * 5) is None
-    assert writer._lines(hits) == writer._python_lines(hits)
+    assert writer._lines(hits) == writer._python_lines(*writer._columns(hits))
 
 
 def test_bad_arguments_to_the_native_encoder_raise_instead_of_reading_past_them(native):
