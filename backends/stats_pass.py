@@ -239,26 +239,42 @@ def _statistics(emit: _Emitter, x: torch.fx.Node) -> list[torch.fx.Node]:
     v = x.meta["val"]
     if v.dtype == torch.bool:
         x = emit(prims.convert_element_type.default, x, torch.uint8)
+    # Each reduction gets its own expression from x, no node shared between two of them: a shared
+    # pointwise node whose inlined expression is long (a probed value deep in a fused chain) is one
+    # Inductor realizes, writing it to memory and reading it back (on an H100, float64 copies of four
+    # values of the 8-op chain: about 1 GiB of traffic per call, docs/gpu-validation.md). Inductor's
+    # code generation merges the repeated expressions inside a kernel again.
     if not v.is_floating_point():
-        wide = emit(prims.convert_element_type.default, x, torch.float64)
+        def wide() -> torch.fx.Node:
+            return emit(prims.convert_element_type.default, x, torch.float64)
         return [*_sums(emit, wide), emit(aten.amin.default, x, [], out=x.meta["val"].dtype),
                 emit(aten.amax.default, x, [], out=x.meta["val"].dtype)]
-    finite = emit(aten.lt.Scalar, emit(aten.abs.default, x), math.inf)
-    kept = emit(aten.where.self, finite, x, _full(emit, v, 0.0))
-    lo = emit(aten.amin.default, emit(aten.where.self, finite, x, _full(emit, v, math.inf)), [], out=v.dtype)
-    hi = emit(aten.amax.default, emit(aten.where.self, finite, x, _full(emit, v, -math.inf)), [], out=v.dtype)
+
+    def finite() -> torch.fx.Node:
+        return emit(aten.lt.Scalar, emit(aten.abs.default, x), math.inf)
+
+    def kept(fill: float) -> torch.fx.Node:
+        return emit(aten.where.self, finite(), x, _full(emit, v, fill))
+
+    def wide_kept() -> torch.fx.Node:
+        return emit(prims.convert_element_type.default, kept(0.0), torch.float64)
+
+    lo = emit(aten.amin.default, kept(math.inf), [], out=v.dtype)
+    hi = emit(aten.amax.default, kept(-math.inf), [], out=v.dtype)
     # int32 counts vectorise twice as wide on CPU; CUDA's publish reads int64 (csrc/cuda/probe_cuda.cu)
     count = torch.int32 if v.device.type == "cpu" and isinstance(v.numel(), int) and v.numel() < 2 ** 31 \
         else torch.int64
     nans = emit(prims.convert_element_type.default, emit(aten.ne.Tensor, x, x), count)
-    bad = emit(prims.convert_element_type.default, emit(aten.logical_not.default, finite), count)
-    return [*_sums(emit, emit(prims.convert_element_type.default, kept, torch.float64)), lo, hi,
+    bad = emit(prims.convert_element_type.default, emit(aten.logical_not.default, finite()), count)
+    return [*_sums(emit, wide_kept), lo, hi,
             emit(aten.sum.default, nans, dtype=count, out=count), emit(aten.sum.default, bad, dtype=count, out=count)]
 
 
-def _sums(emit: _Emitter, wide: torch.fx.Node) -> list[torch.fx.Node]:
+def _sums(emit: _Emitter, wide: Callable[[], torch.fx.Node]) -> list[torch.fx.Node]:
+    """The sum and the sum of squares, each of its own float64 value (`wide()` makes one)."""
     f64 = torch.float64
-    return [emit(aten.sum.default, wide, out=f64), emit(aten.sum.default, emit(aten.mul.Tensor, wide, wide), out=f64)]
+    square = wide()
+    return [emit(aten.sum.default, wide(), out=f64), emit(aten.sum.default, emit(aten.mul.Tensor, square, square), out=f64)]
 
 
 def _full(emit: _Emitter, v: torch.Tensor, value: float) -> torch.fx.Node:

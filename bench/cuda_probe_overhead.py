@@ -14,6 +14,8 @@ graph (a `sum` of the tensor, the bandwidth floor a reduction can reach), float3
 (issue 13's target: within 2x of that read from 1 Mi elements; <= 4 us per probe at 64).
 Part 4, `gpt2`: HF GPT-2 6 x 512, batch 8 x 128, reduce-overhead: plain vs superstep with no
 selectors (target <= 1.02) vs summary probes on the six MLP outputs (target <= 1.05).
+Part 5, `fused` (not in the default parts): issue 31's chain, statistics fused into Inductor's
+Triton kernels, under mode="reduce-overhead" (target <= 1.2x plain at 16 Mi).
 """
 
 from __future__ import annotations
@@ -170,10 +172,81 @@ def gpt2_part(results: dict) -> None:
     results["gpt2"] = {k: dict(ms=v, ratio=v / rows["plain"]) for k, v in rows.items()}
 
 
+def fused_part(results: dict, code_dir: str | None = None) -> None:
+    """Issue 31's chain on CUDA: 8 elementwise ops with a summary probe after each (placed by superstep's
+    selectors, so the statistics are Inductor reductions in the generated Triton kernels from 16 Ki
+    elements: backends/stats_pass.py), compiled with mode="reduce-overhead" and replayed; against the
+    same chain without probes, and the probes as one probe kernel per value (DYNSTEP_FUSED_STATS=0)."""
+    import os
+    import types
+
+    import torch._inductor.config
+
+    import dynstep
+    from torch._dynamo.utils import counters
+
+    def chain(x):
+        for i in range(8):
+            x = x * 1.0001 + 0.5 if i % 2 else torch.sin(x)
+        return x
+
+    def fresh(tag: str):
+        code = chain.__code__.replace(co_name=f"chain_{tag}")
+        return types.FunctionType(code, chain.__globals__, code.co_name, None, chain.__closure__)
+
+    print("fused: 8 elementwise ops, a summary probe after each, mode=reduce-overhead, replayed")
+    for n in (64, 16 << 20):
+        x = torch.randn(n, device="cuda")
+        rows = {}
+        for name, extern in (("plain", None), ("fused", False), ("fused, no split", False), ("extern", True)):
+            torch._dynamo.reset()
+            counters.clear()
+            if extern is None:
+                fn = torch.compile(fresh(f"plain{n}"), mode="reduce-overhead", fullgraph=True)
+            else:
+                fn = torch.compile(fresh(f"{name}{n}"), backend="superstep", fullgraph=True, options={
+                    "probe": ["op:sin", "op:add"], "actions": ["summary"], "inner": "inductor",
+                    "mode": "reduce-overhead"})
+            old = os.environ.get("DYNSTEP_FUSED_STATS")
+            if extern:
+                os.environ["DYNSTEP_FUSED_STATS"] = "0"
+            # "no split": Inductor's split reductions off while it compiles (a diagnostic; on an H100 it made
+            # each whole-value reduction one thread block: 988x plain at 16 Mi, 2026-11-26)
+            patch = torch._inductor.config.patch(split_reductions=name != "fused, no split")
+            try:
+                with dynstep.session(summaries=4) as s:
+                    with patch:
+                        if code_dir and name != "plain" and n > 4096:   # the generated code, for reading
+                            from torch._inductor.utils import run_and_get_code
+
+                            _, sources = run_and_get_code(fn, x)
+                            path = os.path.join(code_dir, f"chain_{name.replace(', ', '_').replace(' ', '_')}.py")
+                            with open(path, "w", encoding="utf-8") as f:
+                                f.write("\n\n# ----\n\n".join(sources))
+                        else:
+                            fn(x)
+                    for _ in range(2):
+                        fn(x)
+                    ms = time_ms(lambda: fn(x), iters=20 if n > 4096 else 100)
+                    hits = len(s.records())
+            finally:
+                if extern:
+                    if old is None:
+                        os.environ.pop("DYNSTEP_FUSED_STATS", None)
+                    else:
+                        os.environ["DYNSTEP_FUSED_STATS"] = old
+            rows[name] = dict(ms=ms, ratio=ms / rows["plain"]["ms"] if rows else 1.0, hits=hits,
+                              cudagraph_skips=int(counters["inductor"]["cudagraph_skips"]))
+            print(f"fused {n:>9} {name:>15}: {ms * 1e3:9.1f} us/call  {rows[name]['ratio']:.3f}x plain  "
+                  f"hits {hits}  cudagraph_skips {rows[name]['cudagraph_skips']}", flush=True)
+        results.setdefault("fused", []).append(dict(elements=n, **rows))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the figures here")
-    ap.add_argument("--parts", default="kernel,model,read,gpt2")
+    ap.add_argument("--parts", default="kernel,model,read,gpt2", help="of kernel, model, read, gpt2, fused")
+    ap.add_argument("--code", help="fused: write the code Inductor generated for the probed chain into this folder")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("cuda_probe_overhead: no CUDA device; skipped")
@@ -188,6 +261,9 @@ def main() -> int:
         return 1
     results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     for part in args.parts.split(","):
+        if part == "fused":
+            fused_part(results, args.code)
+            continue
         {"kernel": kernel_part, "model": model_part, "read": read_part, "gpt2": gpt2_part}[part](results)
     if args.json:
         with open(args.json, "w") as f:

@@ -20,6 +20,7 @@ On CUDA it also counts Inductor's cudagraph skips (0 means the probes stayed ins
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import json
@@ -50,7 +51,7 @@ def gpt2(cfg: dict, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
     return model, ids
 
 
-def variants(cfg: dict, device: str, dumps: str) -> dict[str, object]:
+def variants(cfg: dict, device: str, dumps: str, chosen: tuple[str, ...] = ("plain", "every", "modules")) -> dict[str, object]:
     """name -> a training step closure; every variant trains its own copy of the same model."""
     mode = {"mode": "reduce-overhead"} if device == "cuda" else {}
     base, ids = gpt2(cfg, device)
@@ -58,18 +59,81 @@ def variants(cfg: dict, device: str, dumps: str) -> dict[str, object]:
     specs = {"plain": dict(backend="inductor", **mode),
              "every": dict(backend="superstep", options={**mode, "flight": {**flight, "select": ["*"]}}),
              "modules": dict(backend="superstep", options={**mode, "flight": {**flight, "select": ["module:**"]}})}
+    # every node again, compiled with DYNSTEP_FUSED_STATS=0 (the probe kernel for each value); options of its own
+    # (another dump folder) make it a compile of its own, not Dynamo's cached code for `every`
+    specs["every-extern"] = dict(backend="superstep", options={
+        **mode, "flight": {**flight, "path": os.path.join(dumps, "extern"), "select": ["*"]}})
+    specs = {name: specs[name] for name in chosen}
     steps = {}
     for name, kwargs in specs.items():
         model = copy.deepcopy(base)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         compiled = torch.compile(model, **kwargs)
 
-        def step(compiled=compiled, opt=opt) -> None:
-            compiled(ids, labels=ids, use_cache=False).loss.backward()
+        def step(compiled=compiled, opt=opt, env=COMPILE_ENV.get(name, {})) -> None:
+            with _environ(env):    # read when each graph is compiled (its first call)
+                compiled(ids, labels=ids, use_cache=False).loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
         steps[name] = step
     return steps
+
+
+COMPILE_ENV = {"every-extern": {"DYNSTEP_FUSED_STATS": "0"}}
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]):
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+
+
+def profiled(steps: dict, device: str) -> dict[str, dict[str, float]]:
+    """Where a step's time goes: the host's time to enqueue it (no wait), its wall time, and on CUDA the
+    kernels the device ran (count and busy time per step, the costliest by name) from torch.profiler."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for name, fn in steps.items():
+        sync()
+        enqueue, wall = [], []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            enqueue.append(time.perf_counter() - t0)
+            sync()
+            wall.append(time.perf_counter() - t0)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        with profile(activities=activities) as prof:
+            for _ in range(3):
+                fn()
+            sync()
+        events = prof.key_averages()
+        dev = [e for e in events if e.device_type == DeviceType.CUDA]
+        busy = sum(getattr(e, "self_device_time_total", 0) for e in dev) / 3e3
+        kernels = sum(e.count for e in dev) / 3
+        row = {"enqueue_ms": statistics.median(enqueue) * 1e3, "wall_ms": statistics.median(wall) * 1e3,
+               "device_busy_ms": busy, "device_ops_per_step": kernels}
+        out[name] = row
+        print(f"[profile] {name:>12}: enqueue {row['enqueue_ms']:.2f} ms, wall {row['wall_ms']:.2f} ms, "
+              f"device busy {busy:.2f} ms in {kernels:.0f} kernels/copies per step", flush=True)
+        top = sorted(dev, key=lambda e: -getattr(e, "self_device_time_total", 0))[:14]
+        for e in top:
+            print(f"    {getattr(e, 'self_device_time_total', 0) / 3e3:8.3f} ms/step {e.count / 3:7.0f}x  {e.key[:110]}")
+        cpu = sorted((e for e in events if e.device_type == DeviceType.CPU), key=lambda e: -e.self_cpu_time_total)[:10]
+        for e in cpu:
+            print(f"    cpu {e.self_cpu_time_total / 3e3:8.3f} ms/step {e.count / 3:7.0f}x  {e.key[:100]}")
+    return out
 
 
 def timed(fn, device: str) -> float:
@@ -126,7 +190,14 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--variants", default="plain,every,modules",
+                    help="of plain, every, modules, every-extern (every with DYNSTEP_FUSED_STATS=0); plain first")
+    ap.add_argument("--profile", action="store_true", help="also say where each variant's step time goes")
+    ap.add_argument("--no-dump", action="store_true", help="skip the ring and trigger-to-dump part")
     args = ap.parse_args()
+    chosen = tuple(args.variants.split(","))
+    if chosen[0] != "plain" or not set(chosen) <= {"plain", "every", "modules", "every-extern"}:
+        ap.error(f"--variants: plain first, then any of every, modules, every-extern (got {args.variants!r})")
     if args.device == "cpu":
         torch.set_num_threads(1)
     cfg = dict(QUICK if args.quick else FULL)
@@ -134,18 +205,22 @@ def main() -> None:
     print(f"flight recorder overhead: GPT-2 {cfg['layers']} layers x {cfg['dim']}, batch {cfg['batch']} x "
           f"{cfg['seq']}, AdamW, {args.device}, torch {torch.__version__}", flush=True)
     with tempfile.TemporaryDirectory() as dumps:
-        steps = variants(cfg, args.device, dumps)
+        steps = variants(cfg, args.device, dumps, chosen)
         skips = _cudagraph_skips_reset() if args.device == "cuda" else None
         figures = {"config": cfg, "device": args.device, "steps": overhead(steps, cfg["rounds"], args.device)}
         if skips is not None:
             figures["cudagraph_skips"] = _cudagraph_skips_reset()
-        figures["ring"] = ring_and_dump(steps, args.device)
-    for name, row in figures["steps"].items():
-        print(f"{name:>8}: {row['seconds'] * 1e3:9.1f} ms/step   {row['ratio']:.3f}x plain")
-    r = figures["ring"]
-    print(f"    ring: {r['sites']} probed values and gradients, at most {r['ring_bytes_max'] / 2**20:.1f} MiB "
-          f"({r['bytes_per_value_per_step']} bytes per value per step, K = {K})")
-    print(f"    dump: trigger to disk {r['dump_seconds']:.3f} s for {r['dump_hits']} hits over {r['dump_steps']} steps")
+        for name, row in figures["steps"].items():
+            print(f"{name:>12}: {row['seconds'] * 1e3:9.1f} ms/step   {row['ratio']:.3f}x plain", flush=True)
+        if args.profile:
+            figures["profile"] = profiled(steps, args.device)
+        if not args.no_dump and "every" in steps:
+            figures["ring"] = ring_and_dump(steps, args.device)
+    r = figures.get("ring")
+    if r:
+        print(f"    ring: {r['sites']} probed values and gradients, at most {r['ring_bytes_max'] / 2**20:.1f} MiB "
+              f"({r['bytes_per_value_per_step']} bytes per value per step, K = {K})")
+        print(f"    dump: trigger to disk {r['dump_seconds']:.3f} s for {r['dump_hits']} hits over {r['dump_steps']} steps")
     if "cudagraph_skips" in figures:
         print(f"    cudagraph_skips: {figures['cudagraph_skips']}")
     if args.json:

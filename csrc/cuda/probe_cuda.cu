@@ -112,8 +112,9 @@ __device__ unsigned int g_ticket[kCounterSlots];
 __device__ unsigned long long g_published[kCounterSlots];
 
 // Publish one hit's stats into the mapped ring (one thread).
-__device__ void publish(const DevAcc& a, double shift, int slot_id, RingHeader* head, RingSlot* slots,
-                        unsigned long long capacity) {
+// `devseq`: the hit's place in the device's order (g_devseq), taken by the caller.
+__device__ void publish_at(const DevAcc& a, double shift, int slot_id, RingHeader* head, RingSlot* slots,
+                           unsigned long long capacity, unsigned long long devseq) {
   unsigned long long index = atomicAdd(&g_published[slot_id], 1ULL);
   RingSlot* slot = slots + index % capacity;
   volatile unsigned long long* seq = &slot->seq;
@@ -121,7 +122,7 @@ __device__ void publish(const DevAcc& a, double shift, int slot_id, RingHeader* 
   __threadfence_system();
   slot->acc = a;
   slot->shift = shift;
-  slot->devseq = atomicAdd(&g_devseq, 1ULL);
+  slot->devseq = devseq;
   if ((a.nan || a.inf) && atomicCAS(&head->nonfinite_index1, 0ULL, index + 1) == 0ULL) {
     head->nonfinite_nan = a.nan;
     head->nonfinite_inf = a.inf;
@@ -130,6 +131,11 @@ __device__ void publish(const DevAcc& a, double shift, int slot_id, RingHeader* 
   }
   __threadfence_system();
   *seq = index + 1;
+}
+
+__device__ void publish(const DevAcc& a, double shift, int slot_id, RingHeader* head, RingSlot* slots,
+                        unsigned long long capacity) {
+  publish_at(a, shift, slot_id, head, slots, capacity, atomicAdd(&g_devseq, 1ULL));
 }
 
 template <typename T>
@@ -313,7 +319,7 @@ __global__ void __launch_bounds__(kThreads) stats_onepass(const T* __restrict__ 
 }
 
 // -- fused summaries: the statistics are already reduced (by Inductor's kernels); fold and publish ---
-constexpr int kFusedBatch = 16;  // hits per launch: the kernel's parameters stay far below 4 KiB
+constexpr int kFusedBatch = 32;  // hits per launch, a lane each: 32 x 88 bytes of parameters, below 4 KiB
 
 struct FusedSite {
   const double* sum;
@@ -333,12 +339,20 @@ struct FusedBatch {
   FusedSite site[kFusedBatch];
   int n;
 };
+static_assert(kFusedBatch <= 32, "publish_fused gives each hit a lane of one warp");
+static_assert(sizeof(FusedBatch) <= 4096, "kernel parameters: at most 4 KiB before CUDA 12.1");
 
-// One thread publishes the batch in order, so the device sequence numbers follow graph order.
+// One warp, a thread per hit: lane 0 takes the batch's run of device sequence numbers, so they follow
+// graph order, and every lane publishes its own hit. (One thread publishing the hits in turn waited for
+// each hit's system-scope fences: 31 us per batch of 16 on an H100, 2026-11-26.)
 template <typename T>
 __global__ void publish_fused(FusedBatch b) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  for (int i = 0; i < b.n; ++i) {
+  const int i = static_cast<int>(threadIdx.x);
+  unsigned long long base = 0;
+  if (i == 0) base = atomicAdd(&g_devseq, static_cast<unsigned long long>(b.n));
+  base = __shfl_sync(0xffffffffu, base, 0);
+  if (blockIdx.x != 0 || i >= b.n) return;
+  {
     const FusedSite& s = b.site[i];
     DevAcc a = dev_empty();
     a.sum = *s.sum;
@@ -351,7 +365,7 @@ __global__ void publish_fused(FusedBatch b) {
     a.nan = static_cast<unsigned long long>(nan);
     a.inf = static_cast<unsigned long long>(bad - nan);
     a.count = static_cast<unsigned long long>(s.numel - bad);
-    publish(a, 0.0, s.slot_id, s.head, s.slots, s.capacity);
+    publish_at(a, 0.0, s.slot_id, s.head, s.slots, s.capacity, base + static_cast<unsigned long long>(i));
   }
 }
 

@@ -302,3 +302,27 @@ def test_views_and_copies_of_a_probed_value_share_its_statistics(fuse_all, monke
         assert_same_stats(hits[node].stats, reference(value), rel=1e-12)
     assert (hits["a"].shape, hits["b"].shape, hits["c"].shape, hits["e"].shape) == ((1 << 12,), (64, 64), (64, 64),
                                                                                   (1 << 10,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_no_node_is_shared_between_two_statistics_of_a_value(dtype):
+    """Inductor realizes a pointwise node with two users when its inlined expression is long: a float64
+    copy shared by the sum and the sum of squares was written to memory and read back for each deep value
+    of a fused chain on an H100 (docs/gpu-validation.md). Each statistic's expression is its own: only the
+    value itself (and constants) may have more than one user."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    with FakeTensorMode():
+        x.meta["val"] = torch.empty(64, 64, dtype=dtype)
+    out = graph.output(None)
+    with graph.inserting_before(out):
+        stats = stats_pass._statistics(stats_pass._Emitter(graph, out), x)
+    graph.output(stats)
+    graph.erase_node(out)
+    assert len(stats) == (6 if dtype.is_floating_point else 4)
+    for node in graph.nodes:
+        if node is x or node.op == "output" or node.target is torch.ops.aten.full.default:
+            continue
+        assert len(node.users) == 1, (node.format_node(), list(node.users))
