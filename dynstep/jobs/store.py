@@ -37,11 +37,20 @@ def open_store(ident: Identity) -> Any:
     return dist.PrefixStore(scope, base)
 
 
+_ABSENT = "\x00dynstep: no such key\x00"   # never a value dynstep stores
+
+
 def read(store: Any, key: str) -> str | None:
-    """The value of `key`, or None when it is not set (a plain `get` would block until it is)."""
-    if not store.check([key]):
-        return None
-    return store.get(key).decode()
+    """The value of `key`, or None when it is not set, in one request that never blocks.
+
+    Not `check` then `get`: a key another rank deletes between the two (``paused/<rank>`` as that rank
+    leaves its pause) makes `get` wait until the key is set again or the store times out, and the rank
+    that deleted it may be waiting for this one (a `step --all` job hung so on a loaded machine,
+    2026-11-26). `compare_set(key, absent, absent)` answers the value when the key is set and `absent`
+    when it is not, without writing (torch/csrc/distributed/c10d/TCPStore*.cpp, HashStore.cpp and
+    FileStore.cpp all answer a missing key with the expected value)."""
+    value = store.compare_set(key, _ABSENT, _ABSENT).decode()
+    return None if value == _ABSENT else value
 
 
 def counter(store: Any, key: str) -> int:

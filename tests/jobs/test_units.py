@@ -301,3 +301,39 @@ def test_a_terminal_turn_held_by_a_rank_no_longer_paused_is_taken_over(events):
     (warning,) = [e.message for e in events if isinstance(e, Warning_)]
     assert re.fullmatch(r"dynstep: rank 1 held the terminal turn without being paused for \d+ s; rank 0 takes it",
                         warning), warning
+
+
+def test_reading_a_key_another_rank_deletes_at_that_moment_never_blocks():
+    """`paused/<rank>` is deleted as that rank leaves its pause. A read that first checked the key and then
+    got it waited, when the delete fell between the two, until the key came back or the store timed out,
+    while the rank that deleted it waited at the next barrier for this one: a `step --all` job hung so on
+    a loaded machine (2026-11-26). The read is one request: the value, or None."""
+    from datetime import timedelta
+
+    from torch.distributed import HashStore
+
+    from dynstep.jobs.store import read
+
+    class DeletedRightAfterCheck:    # the other rank's delete lands just after this rank's check
+        def __init__(self, base):
+            self.base = base
+
+        def check(self, keys):
+            seen = self.base.check(keys)
+            for key in keys:
+                self.base.delete_key(key)
+            return seen
+
+        def __getattr__(self, name):
+            return getattr(self.base, name)
+
+    base = HashStore()
+    base.set_timeout(timedelta(seconds=2))
+    base.set("paused/1", json.dumps({"k": 2, "pause": 2, "node": "linear_8"}))
+    store = DeletedRightAfterCheck(base)
+    assert json.loads(read(store, "paused/1"))["node"] == "linear_8"
+    base.delete_key("paused/1")
+    assert read(store, "paused/1") is None
+    assert not base.check(["paused/1"])       # reading wrote nothing
+    base.set("empty", "")
+    assert read(store, "empty") == ""
