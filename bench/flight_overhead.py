@@ -5,12 +5,15 @@ same run, and how fast a trigger reaches the disk.
     python bench/flight_overhead.py --quick          # a small model and few rounds: shows it works
     python bench/flight_overhead.py --device cuda    # CUDA, mode="reduce-overhead" (probes inside the graphs)
     python bench/flight_overhead.py --json out.json
+    python bench/flight_overhead.py --device cuda --variants plain,every,every-extern --profile --no-dump
+                                                     # where each variant's step time goes (torch.profiler)
 
 Measured (one torch thread on CPU; medians of interleaved rounds, each variant its own model copy with the
 same initial weights, each step = forward + backward + AdamW):
   plain     torch.compile(model) (Inductor; on CUDA with mode="reduce-overhead")
   every     backend="superstep", options={"flight": {"select": ["*"]}}: every node and its gradient
   modules   the same with select=["module:**"]: what each module returns, and its gradient
+  every-extern  (only when asked, --variants) `every` compiled with DYNSTEP_FUSED_STATS=0: a probe kernel per value
   ring      the flight recorder's sites and the most its rings can hold (bytes per probed value per step)
   dump      trigger to dump on disk for K = 64: after K + 1 steps of `every`, `dynstep.flight.dump()` timed
             (drain the native rings, encode the window, write the recording, rename it into place)
