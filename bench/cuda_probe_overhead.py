@@ -177,10 +177,11 @@ def fused_part(results: dict, code_dir: str | None = None) -> None:
     selectors, so the statistics are Inductor reductions in the generated Triton kernels from 16 Ki
     elements: backends/stats_pass.py), compiled with mode="reduce-overhead" and replayed; against the
     same chain without probes, and the probes as one probe kernel per value (DYNSTEP_FUSED_STATS=0)."""
+    import contextlib
     import os
-    import types
 
     import torch._inductor.config
+    from probe_overhead import fresh, fused_stats   # bench/ is the script's folder: on sys.path
 
     import dynstep
     from torch._dynamo.utils import counters
@@ -190,10 +191,6 @@ def fused_part(results: dict, code_dir: str | None = None) -> None:
             x = x * 1.0001 + 0.5 if i % 2 else torch.sin(x)
         return x
 
-    def fresh(tag: str):
-        code = chain.__code__.replace(co_name=f"chain_{tag}")
-        return types.FunctionType(code, chain.__globals__, code.co_name, None, chain.__closure__)
-
     print("fused: 8 elementwise ops, a summary probe after each, mode=reduce-overhead, replayed")
     for n in (64, 16 << 20):
         x = torch.randn(n, device="cuda")
@@ -202,18 +199,15 @@ def fused_part(results: dict, code_dir: str | None = None) -> None:
             torch._dynamo.reset()
             counters.clear()
             if extern is None:
-                fn = torch.compile(fresh(f"plain{n}"), mode="reduce-overhead", fullgraph=True)
+                fn = torch.compile(fresh(chain, f"plain{n}"), mode="reduce-overhead", fullgraph=True)
             else:
-                fn = torch.compile(fresh(f"{name}{n}"), backend="superstep", fullgraph=True, options={
+                fn = torch.compile(fresh(chain, f"{name}{n}"), backend="superstep", fullgraph=True, options={
                     "probe": ["op:sin", "op:add"], "actions": ["summary"], "inner": "inductor",
                     "mode": "reduce-overhead"})
-            old = os.environ.get("DYNSTEP_FUSED_STATS")
-            if extern:
-                os.environ["DYNSTEP_FUSED_STATS"] = "0"
             # "no split": Inductor's split reductions off while it compiles (a diagnostic; on an H100 it made
             # each whole-value reduction one thread block: 988x plain at 16 Mi, 2026-11-26)
             patch = torch._inductor.config.patch(split_reductions=name != "fused, no split")
-            try:
+            with fused_stats(False) if extern else contextlib.nullcontext():
                 with dynstep.session(summaries=4) as s:
                     with patch:
                         if code_dir and name != "plain" and n > 4096:   # the generated code, for reading
@@ -229,12 +223,6 @@ def fused_part(results: dict, code_dir: str | None = None) -> None:
                         fn(x)
                     ms = time_ms(lambda: fn(x), iters=20 if n > 4096 else 100)
                     hits = len(s.records())
-            finally:
-                if extern:
-                    if old is None:
-                        os.environ.pop("DYNSTEP_FUSED_STATS", None)
-                    else:
-                        os.environ["DYNSTEP_FUSED_STATS"] = old
             rows[name] = dict(ms=ms, ratio=ms / rows["plain"]["ms"] if rows else 1.0, hits=hits,
                               cudagraph_skips=int(counters["inductor"]["cudagraph_skips"]))
             print(f"fused {n:>9} {name:>15}: {ms * 1e3:9.1f} us/call  {rows[name]['ratio']:.3f}x plain  "

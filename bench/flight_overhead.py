@@ -56,6 +56,7 @@ def gpt2(cfg: dict, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
 
 def variants(cfg: dict, device: str, dumps: str, chosen: tuple[str, ...] = ("plain", "every", "modules")) -> dict[str, object]:
     """name -> a training step closure; every variant trains its own copy of the same model."""
+    from probe_overhead import fused_stats   # bench/ is the script's folder: on sys.path
     mode = {"mode": "reduce-overhead"} if device == "cuda" else {}
     base, ids = gpt2(cfg, device)
     flight = {"steps": K, "path": dumps, "on": ["nonfinite"]}
@@ -73,30 +74,14 @@ def variants(cfg: dict, device: str, dumps: str, chosen: tuple[str, ...] = ("pla
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         compiled = torch.compile(model, **kwargs)
 
-        def step(compiled=compiled, opt=opt, env=COMPILE_ENV.get(name, {})) -> None:
-            with _environ(env):    # read when each graph is compiled (its first call)
+        def step(compiled=compiled, opt=opt, extern=name == "every-extern") -> None:
+            # DYNSTEP_FUSED_STATS is read when each graph is compiled (its first call)
+            with fused_stats(False) if extern else contextlib.nullcontext():
                 compiled(ids, labels=ids, use_cache=False).loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
         steps[name] = step
     return steps
-
-
-COMPILE_ENV = {"every-extern": {"DYNSTEP_FUSED_STATS": "0"}}
-
-
-@contextlib.contextmanager
-def _environ(env: dict[str, str]):
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k)
-            else:
-                os.environ[k] = v
 
 
 def profiled(steps: dict, device: str) -> dict[str, dict[str, float]]:
@@ -123,16 +108,18 @@ def profiled(steps: dict, device: str) -> dict[str, dict[str, float]]:
             sync()
         events = prof.key_averages()
         dev = [e for e in events if e.device_type == DeviceType.CUDA]
-        busy = sum(getattr(e, "self_device_time_total", 0) for e in dev) / 3e3
+        def device_us(e) -> float:
+            return getattr(e, "self_device_time_total", 0)
+
+        busy = sum(device_us(e) for e in dev) / 3e3
         kernels = sum(e.count for e in dev) / 3
         row = {"enqueue_ms": statistics.median(enqueue) * 1e3, "wall_ms": statistics.median(wall) * 1e3,
                "device_busy_ms": busy, "device_ops_per_step": kernels}
         out[name] = row
         print(f"[profile] {name:>12}: enqueue {row['enqueue_ms']:.2f} ms, wall {row['wall_ms']:.2f} ms, "
               f"device busy {busy:.2f} ms in {kernels:.0f} kernels/copies per step", flush=True)
-        top = sorted(dev, key=lambda e: -getattr(e, "self_device_time_total", 0))[:14]
-        for e in top:
-            print(f"    {getattr(e, 'self_device_time_total', 0) / 3e3:8.3f} ms/step {e.count / 3:7.0f}x  {e.key[:110]}")
+        for e in sorted(dev, key=device_us, reverse=True)[:14]:
+            print(f"    {device_us(e) / 3e3:8.3f} ms/step {e.count / 3:7.0f}x  {e.key[:110]}")
         cpu = sorted((e for e in events if e.device_type == DeviceType.CPU), key=lambda e: -e.self_cpu_time_total)[:10]
         for e in cpu:
             print(f"    cpu {e.self_cpu_time_total / 3e3:8.3f} ms/step {e.count / 3:7.0f}x  {e.key[:100]}")

@@ -352,21 +352,19 @@ __global__ void publish_fused(FusedBatch b) {
   if (i == 0) base = atomicAdd(&g_devseq, static_cast<unsigned long long>(b.n));
   base = __shfl_sync(0xffffffffu, base, 0);
   if (blockIdx.x != 0 || i >= b.n) return;
-  {
-    const FusedSite& s = b.site[i];
-    DevAcc a = dev_empty();
-    a.sum = *s.sum;
-    a.sumsq = *s.sumsq;
-    a.min = to_double(*static_cast<const T*>(s.min));
-    a.max = to_double(*static_cast<const T*>(s.max));
-    a.absmax = fmax(fabs(a.min), fabs(a.max));
-    const long long bad = s.bad != nullptr ? *s.bad : 0;
-    const long long nan = s.nan != nullptr ? *s.nan : 0;
-    a.nan = static_cast<unsigned long long>(nan);
-    a.inf = static_cast<unsigned long long>(bad - nan);
-    a.count = static_cast<unsigned long long>(s.numel - bad);
-    publish_at(a, 0.0, s.slot_id, s.head, s.slots, s.capacity, base + static_cast<unsigned long long>(i));
-  }
+  const FusedSite& s = b.site[i];
+  DevAcc a = dev_empty();
+  a.sum = *s.sum;
+  a.sumsq = *s.sumsq;
+  a.min = to_double(*static_cast<const T*>(s.min));
+  a.max = to_double(*static_cast<const T*>(s.max));
+  a.absmax = fmax(fabs(a.min), fabs(a.max));
+  const long long bad = s.bad != nullptr ? *s.bad : 0;
+  const long long nan = s.nan != nullptr ? *s.nan : 0;
+  a.nan = static_cast<unsigned long long>(nan);
+  a.inf = static_cast<unsigned long long>(bad - nan);
+  a.count = static_cast<unsigned long long>(s.numel - bad);
+  publish_at(a, 0.0, s.slot_id, s.head, s.slots, s.capacity, base + static_cast<unsigned long long>(i));
 }
 
 // What the host callback reads: device-reduced stats (summary) and the shift they used.
