@@ -3,7 +3,7 @@
     python bench/probe_overhead.py               # every part (about five minutes on 2 cores, and the
                                                  # training part's compiles: about 15 more)
     python bench/probe_overhead.py --quick       # fewer rounds
-    python bench/probe_overhead.py --only model|kernel|training|record|calls|tokens [--json out.json]
+    python bench/probe_overhead.py --only model|kernel|training|statistics|record|calls|tokens [--json out.json]
 
 Parts (one torch thread throughout; timings are medians of interleaved rounds):
   model   TinyGPT (4 layers) through superstep: plain torch.compile, superstep with no options,
@@ -23,6 +23,10 @@ Parts (one torch thread throughout; timings are medians of interleaved rounds):
           on every node or on module outputs only, grads=True, fused (the default) and extern
           (DYNSTEP_FUSED_STATS=0); for the fused ones, the kernels each probed graph got with and
           without its probes (each of those graphs compiled twice: most of this part's time).
+  statistics  what each of the fused statistics costs (diagnostic): the kernel part's 16 Mi chain with
+          superstep's fused summary probes, compiled again with some statistics replaced by constants
+          (the counts, min/max, the float64 sums; only the sum; none), each against the unprobed call.
+          The published numbers of those variants are wrong on purpose: not a mode users get.
   record  one record hit on 16 Mi float32 against `dst.copy_(x)` of the same bytes.
   calls   where an eager probe call's time goes: torch.ops (Python -> dispatcher) vs the direct
           entry, with no action and with summary, against a Python no-op call.
@@ -317,6 +321,52 @@ def print_kernel(by_path: dict) -> None:
                       f"{'' if k in ('unprobed', 'probes off') else f'{per:10.2f}':>10} {row[k] / base:7.3f}")
 
 
+# -- statistics: what each fused statistic adds to the 16 Mi chain (diagnostic) --------------------------
+STAT_PARTS = {"all": (), "no NaN/Inf counts": (4, 5), "no min/max": (2, 3), "no float64 sums": (0, 1),
+              "the sum only": (1, 2, 3, 4, 5), "none (publish only)": (0, 1, 2, 3, 4, 5)}
+
+
+def part_statistics(quick: bool) -> dict:
+    """Each variant's `stats_pass._statistics` returns the real statistics of a float value
+    ([sum, sumsq, min, max, nans, bad]) with the parts it leaves out replaced by constants, so Inductor
+    computes only the rest; the publish call and the run's structure stay."""
+    import dynstep
+    from dynstep.backends import stats_pass
+
+    real = stats_pass._statistics
+
+    def without(drop: tuple[int, ...]) -> Callable:
+        def statistics(emit, x):
+            out = real(emit, x)
+            dev = x.meta["val"].device
+            return [emit(torch.ops.aten.full.default, [], 0, dtype=node.meta["val"].dtype, device=dev,
+                         pin_memory=False) if i in drop else node for i, node in enumerate(out)]
+        return statistics
+
+    x = torch.randn(16 * 1024 * 1024)
+    fns: dict[str, Callable[[], object]] = {}
+    unprobed = eight_ops(None, "stat_unprobed")
+    fns["unprobed"] = lambda: unprobed(x)
+    with dynstep.session(summaries=4):
+        try:
+            for i, (name, drop) in enumerate(STAT_PARTS.items()):
+                stats_pass._statistics = without(drop)
+                f = eight_ops(None, f"stat_{i}", dynstep.superstep(inner="inductor", probe=["op:sin", "op:add"],
+                                                                   actions=["summary"]))
+                f(x)   # compiled now, with this variant's statistics
+                fns[name] = lambda f=f: f(x)
+        finally:
+            stats_pass._statistics = real
+        med = interleaved(fns, 3 if quick else 5, 1)
+    return {k: v * 1e3 for k, v in med.items()}
+
+
+def print_statistics(ms: dict) -> None:
+    print(f"\n[statistics] the 16 Mi chain, superstep's fused summary probes with parts of the statistics left out")
+    for k, v in ms.items():
+        print(f"  {k:<22} {v:9.1f} ms  {v / ms['unprobed']:6.3f}x unprobed")
+
+
 # -- record vs copy, and the call paths ------------------------------------------------------------
 def part_record(quick: bool) -> dict:
     import dynstep
@@ -374,7 +424,7 @@ def part_tokens(quick: bool) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=("model", "kernel", "training", "record", "calls", "tokens"))
+    ap.add_argument("--only", choices=("model", "kernel", "training", "statistics", "record", "calls", "tokens"))
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--models", default="TinyGPT,GPT-2",
                     help="training part: which models (comma-separated: TinyGPT, GPT-2); the whole part takes "
@@ -412,6 +462,9 @@ def main() -> None:
             sys.exit(f"--models: unknown {sorted(unknown)}; expected TinyGPT and/or GPT-2")
         results["training"] = part_training(args.quick, models, extern=not args.no_extern, rounds=args.rounds)
         print_training(results["training"])
+    if want("statistics"):
+        results["statistics"] = part_statistics(args.quick)
+        print_statistics(results["statistics"])
     if want("record"):
         rc = results["record"] = part_record(args.quick)
         print(f"\n[record] one 16 Mi float32 tensor ({rc['bytes'] >> 20} MiB): record {rc['record_ms']:.2f} ms, "
