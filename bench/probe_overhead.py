@@ -362,7 +362,7 @@ def part_statistics(quick: bool) -> dict:
 
 
 def print_statistics(ms: dict) -> None:
-    print(f"\n[statistics] the 16 Mi chain, superstep's fused summary probes with parts of the statistics left out")
+    print("\n[statistics] the 16 Mi chain, superstep's fused summary probes with parts of the statistics left out")
     for k, v in ms.items():
         print(f"  {k:<22} {v:9.1f} ms  {v / ms['unprobed']:6.3f}x unprobed")
 
