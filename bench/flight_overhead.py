@@ -8,8 +8,8 @@ same run, and how fast a trigger reaches the disk.
     python bench/flight_overhead.py --device cuda --variants plain,every,every-extern --profile --no-dump
                                                      # where each variant's step time goes (torch.profiler)
 
-Measured (one torch thread on CPU; medians of interleaved rounds, each variant its own model copy with the
-same initial weights, each step = forward + backward + AdamW):
+Measured (one torch thread on CPU; medians of interleaved rounds, every other one in reverse order; each
+variant its own model copy with the same initial weights; each step = forward + backward + AdamW):
   plain     torch.compile(model) (Inductor; on CUDA with mode="reduce-overhead")
   every     backend="superstep", options={"flight": {"select": ["*"]}}: every node and its gradient
   modules   the same with select=["module:**"]: what each module returns, and its gradient
@@ -149,8 +149,9 @@ def overhead(steps: dict, rounds: int, device: str) -> dict[str, dict[str, float
         print(f"  {name:>8}: compiled and warmed up in {time.perf_counter() - t0:.0f} s", flush=True)
     ratios: dict[str, list[float]] = {n: [] for n in steps}
     seconds: dict[str, list[float]] = {n: [] for n in steps}
-    for _ in range(rounds):
-        times = {name: timed(fn, device) for name, fn in steps.items()}
+    order = list(steps)
+    for r in range(rounds):   # every other round in reverse order: no variant always runs right after plain
+        times = {name: timed(steps[name], device) for name in (order if r % 2 == 0 else order[::-1])}
         for name, t in times.items():
             seconds[name].append(t)
             ratios[name].append(t / times["plain"])
