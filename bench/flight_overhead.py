@@ -84,6 +84,11 @@ def variants(cfg: dict, device: str, dumps: str, chosen: tuple[str, ...] = ("pla
     return steps
 
 
+def device_us(event) -> float:
+    """A profiler event's own device time, in µs (0 where this torch's events lack the field)."""
+    return getattr(event, "self_device_time_total", 0)
+
+
 def profiled(steps: dict, device: str) -> dict[str, dict[str, float]]:
     """Where a step's time goes: the host's time to enqueue it (no wait), its wall time, and on CUDA the
     kernels the device ran (count and busy time per step, the costliest by name) from torch.profiler."""
@@ -108,9 +113,6 @@ def profiled(steps: dict, device: str) -> dict[str, dict[str, float]]:
             sync()
         events = prof.key_averages()
         dev = [e for e in events if e.device_type == DeviceType.CUDA]
-        def device_us(e) -> float:
-            return getattr(e, "self_device_time_total", 0)
-
         busy = sum(device_us(e) for e in dev) / 3e3
         kernels = sum(e.count for e in dev) / 3
         row = {"enqueue_ms": statistics.median(enqueue) * 1e3, "wall_ms": statistics.median(wall) * 1e3,
